@@ -1,0 +1,1 @@
+//! Burn integration (filled by the ckpt-burn issue).

@@ -1,0 +1,441 @@
+//! The engine: one background persist thread per root, a bounded number of checkpoints in
+//! flight, an explicit backpressure policy, and non-blocking status for the trainer.
+
+use std::{
+    collections::VecDeque,
+    path::{Path, PathBuf},
+    sync::{Arc, Condvar, Mutex},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use crossbeam_channel::{Receiver, Sender};
+use serde::Serialize;
+
+use crate::{
+    Error, RecoveryReport, Result, Retention, RootLock, Snapshot, StagingPool, StagingStats,
+    layout, publish::Publisher,
+};
+
+/// What `submit` does when `max_in_flight` checkpoints are already being persisted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backpressure {
+    /// Wait for a slot (the wait counts as stall).
+    #[default]
+    Block,
+    /// Drop this checkpoint and count it.
+    Skip,
+    /// Persist this checkpoint on the calling thread.
+    Sync,
+}
+
+/// Configuration of an [`Engine`].
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Checkpoint root directory.
+    pub root: PathBuf,
+    /// Checkpoints queued or being written at once (at least 1).
+    pub max_in_flight: usize,
+    /// Policy when full.
+    pub backpressure: Backpressure,
+    /// Retention after each publication.
+    pub retention: Retention,
+    /// Staging-memory budget in bytes for [`Engine::staging`].
+    pub staging_budget: u64,
+}
+
+impl EngineConfig {
+    /// Defaults: one checkpoint in flight, block when full, keep everything, 1 GiB staging.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            max_in_flight: 1,
+            backpressure: Backpressure::Block,
+            retention: Retention::keep_all(),
+            staging_budget: 1 << 30,
+        }
+    }
+    /// Sets `max_in_flight`.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
+        self
+    }
+    /// Sets the backpressure policy.
+    pub fn backpressure(mut self, b: Backpressure) -> Self {
+        self.backpressure = b;
+        self
+    }
+    /// Sets retention.
+    pub fn retention(mut self, r: Retention) -> Self {
+        self.retention = r;
+        self
+    }
+    /// Sets the staging budget in bytes.
+    pub fn staging_budget(mut self, bytes: u64) -> Self {
+        self.staging_budget = bytes;
+        self
+    }
+}
+
+/// How a submitted snapshot was handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// Handed to the persist thread.
+    Queued {
+        /// Step.
+        step: u64,
+        /// Time spent waiting for a free slot.
+        blocked: Duration,
+    },
+    /// Dropped by the `Skip` policy.
+    Skipped {
+        /// Step.
+        step: u64,
+    },
+    /// Persisted and published on the calling thread (`Sync` policy).
+    WrittenSync(SaveEvent),
+}
+
+/// A published checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SaveEvent {
+    /// Step.
+    pub step: u64,
+    /// Published directory.
+    pub path: PathBuf,
+    /// Bytes written (all parts).
+    pub bytes: u64,
+    /// Time the training thread was blocked: capture plus submit (including backpressure).
+    pub stall: Duration,
+    /// Part of `stall` spent waiting for a free slot.
+    pub blocked: Duration,
+    /// Time writing and publishing took.
+    pub persist: Duration,
+    /// From submit to published.
+    pub to_durable: Duration,
+    /// Whether it was written on the calling thread.
+    pub sync: bool,
+    /// Steps removed by retention afterwards.
+    pub removed: Vec<u64>,
+}
+
+impl SaveEvent {
+    /// Persist throughput in bytes per second.
+    pub fn throughput(&self) -> f64 {
+        self.bytes as f64 / self.persist.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Counters for a progress bar or a report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EngineMetrics {
+    /// Checkpoints published.
+    pub published: u64,
+    /// Checkpoints that failed.
+    pub failed: u64,
+    /// Checkpoints dropped by the `Skip` policy.
+    pub skipped: u64,
+    /// Checkpoints queued or being written now.
+    pub in_flight: usize,
+    /// Total time `submit` waited for a slot.
+    pub blocked_total: Duration,
+    /// Newest published step.
+    pub last_step: Option<u64>,
+    /// Staging pool counters.
+    pub staging: StagingStats,
+}
+
+/// What [`Engine::finish`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Events not yet returned by `poll`.
+    pub events: Vec<SaveEvent>,
+    /// Final counters.
+    pub metrics: EngineMetrics,
+}
+
+struct Job {
+    snapshot: Snapshot,
+    submitted: Instant,
+    stall: Duration,
+    blocked: Duration,
+}
+
+type Slots = Arc<(Mutex<usize>, Condvar)>;
+
+/// The checkpoint engine for one root. See the crate docs.
+pub struct Engine {
+    config: EngineConfig,
+    publisher: Arc<Publisher>,
+    staging: StagingPool,
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Result<SaveEvent>>,
+    worker: Option<JoinHandle<()>>,
+    slots: Slots,
+    ready: VecDeque<Result<SaveEvent>>,
+    metrics: EngineMetrics,
+    _lock: RootLock,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("root", &self.config.root)
+            .field("metrics", &self.metrics)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Takes the writer lock on the root, runs start-up recovery and starts the persist thread.
+    pub fn open(config: EngineConfig) -> Result<(Self, RecoveryReport)> {
+        let lock = RootLock::acquire(&config.root)?;
+        let report = layout::recover(&config.root)?;
+        let latest = report.latest.as_ref().map(|c| c.step);
+        let publisher = Arc::new(Publisher::new(
+            config.root.clone(),
+            config.retention,
+            latest,
+        ));
+        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        let slots: Slots = Arc::new((Mutex::new(0), Condvar::new()));
+        let worker = {
+            let publisher = publisher.clone();
+            let slots = slots.clone();
+            std::thread::Builder::new()
+                .name("ckpt-persist".into())
+                .spawn(move || persist_loop(publisher, jobs_rx, done_tx, slots))
+                .map_err(|e| Error::io(&config.root, e))?
+        };
+        let metrics = EngineMetrics {
+            last_step: latest,
+            ..Default::default()
+        };
+        let engine = Self {
+            staging: StagingPool::new(config.staging_budget),
+            config,
+            publisher,
+            jobs: Some(jobs_tx),
+            done: done_rx,
+            worker: Some(worker),
+            slots,
+            ready: VecDeque::new(),
+            metrics,
+            _lock: lock,
+        };
+        Ok((engine, report))
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.config.root
+    }
+
+    /// The staging pool (budgeted, reusable buffers for snapshot copies).
+    pub fn staging(&self) -> &StagingPool {
+        &self.staging
+    }
+
+    /// Checkpoints queued or being written.
+    pub fn in_flight(&self) -> usize {
+        *self.slots.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Current counters.
+    pub fn metrics(&self) -> EngineMetrics {
+        let mut m = self.metrics.clone();
+        m.in_flight = self.in_flight();
+        m.staging = self.staging.stats();
+        m
+    }
+
+    fn collect(&mut self) {
+        while let Ok(r) = self.done.try_recv() {
+            match &r {
+                Ok(ev) => {
+                    self.metrics.published += 1;
+                    self.metrics.last_step = self.metrics.last_step.max(Some(ev.step));
+                }
+                Err(_) => self.metrics.failed += 1,
+            }
+            self.ready.push_back(r);
+        }
+    }
+
+    fn take_error(&mut self) -> Result<()> {
+        if let Some(i) = self.ready.iter().position(|r| r.is_err()) {
+            if let Some(Err(e)) = self.ready.remove(i) {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Non-blocking: returns checkpoints published since the last call, or the first
+    /// background error (events stay queued for the next call).
+    pub fn poll(&mut self) -> Result<Vec<SaveEvent>> {
+        self.collect();
+        self.take_error()?;
+        Ok(self.ready.drain(..).filter_map(|r| r.ok()).collect())
+    }
+
+    /// Blocks until nothing is in flight, then polls.
+    pub fn wait_idle(&mut self) -> Result<Vec<SaveEvent>> {
+        let (m, cv) = &*self.slots;
+        let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+        while *n > 0 {
+            n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(n);
+        self.poll()
+    }
+
+    /// Submits a snapshot. After it returns the caller may mutate anything: the snapshot owns
+    /// its data. A pending background error is returned first (and this snapshot is then not
+    /// written).
+    pub fn submit(&mut self, snapshot: Snapshot) -> Result<SubmitOutcome> {
+        let t0 = Instant::now();
+        self.collect();
+        self.take_error()?;
+        snapshot.validate()?;
+        let step = snapshot.step;
+        let (m, cv) = &*self.slots;
+        let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+        if *n >= self.config.max_in_flight {
+            match self.config.backpressure {
+                Backpressure::Skip => {
+                    self.metrics.skipped += 1;
+                    tracing::debug!(step, "checkpoint skipped: persist pipeline full");
+                    return Ok(SubmitOutcome::Skipped { step });
+                }
+                Backpressure::Sync => {
+                    drop(n);
+                    let capture = snapshot.capture_time;
+                    let published = self.publisher.persist(snapshot);
+                    let ev = match published {
+                        Ok(p) => p,
+                        Err(e) => {
+                            self.metrics.failed += 1;
+                            return Err(e);
+                        }
+                    };
+                    let stall = capture + t0.elapsed();
+                    let ev = SaveEvent {
+                        step,
+                        path: ev.path,
+                        bytes: ev.bytes,
+                        stall,
+                        blocked: Duration::ZERO,
+                        persist: ev.persist,
+                        to_durable: t0.elapsed(),
+                        sync: true,
+                        removed: ev.removed,
+                    };
+                    self.metrics.published += 1;
+                    self.metrics.last_step = self.metrics.last_step.max(Some(step));
+                    return Ok(SubmitOutcome::WrittenSync(ev));
+                }
+                Backpressure::Block => {
+                    while *n >= self.config.max_in_flight {
+                        n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+            }
+        }
+        *n += 1;
+        drop(n);
+        let blocked = t0.elapsed();
+        self.metrics.blocked_total += blocked;
+        let job = Job {
+            stall: snapshot.capture_time + t0.elapsed(),
+            snapshot,
+            submitted: t0,
+            blocked,
+        };
+        let sent = self.jobs.as_ref().map(|j| j.send(job));
+        if !matches!(sent, Some(Ok(()))) {
+            return Err(Error::WorkerGone("persist thread is not running".into()));
+        }
+        Ok(SubmitOutcome::Queued { step, blocked })
+    }
+
+    /// Waits for every in-flight checkpoint and stops the persist thread. Returns the events
+    /// not yet polled, or the first error.
+    pub fn finish(mut self) -> Result<Summary> {
+        self.shutdown()?;
+        self.collect();
+        self.take_error()?;
+        let events = self.ready.drain(..).filter_map(|r| r.ok()).collect();
+        Ok(Summary {
+            events,
+            metrics: self.metrics(),
+        })
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        self.jobs.take();
+        if let Some(w) = self.worker.take() {
+            w.join()
+                .map_err(|_| Error::WorkerGone("persist thread panicked".into()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Pending saves finish; errors nobody can receive any more are logged.
+        let _ = self.shutdown();
+        self.collect();
+        for r in self.ready.drain(..) {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "checkpoint failed after the engine was dropped");
+            }
+        }
+    }
+}
+
+fn persist_loop(
+    publisher: Arc<Publisher>,
+    jobs: Receiver<Job>,
+    done: Sender<Result<SaveEvent>>,
+    slots: Slots,
+) {
+    for job in jobs {
+        let step = job.snapshot.step;
+        let started = Instant::now();
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            publisher.persist(job.snapshot)
+        }))
+        .unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(Error::WorkerGone(format!(
+                "panic while persisting step {step}: {msg}"
+            )))
+        });
+        let ev = res.map(|p| SaveEvent {
+            step,
+            path: p.path,
+            bytes: p.bytes,
+            stall: job.stall,
+            blocked: job.blocked,
+            persist: started.elapsed(),
+            to_durable: job.submitted.elapsed(),
+            sync: false,
+            removed: p.removed,
+        });
+        if let Err(e) = &ev {
+            tracing::warn!(step, error = %e, "checkpoint failed");
+        }
+        let _ = done.send(ev);
+        let (m, cv) = &*slots;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        cv.notify_all();
+    }
+}

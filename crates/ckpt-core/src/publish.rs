@@ -1,0 +1,296 @@
+//! The publication protocol (DESIGN.md): parts into `ROOT/.tmp-<step>-<nonce>/`, fsync each,
+//! `manifest.json` last, fsync it and the directory, rename to `step-<step:08>`, fsync the root,
+//! replace `latest` atomically, then retention. Any failure before `latest` moves removes what
+//! was written, so a failed checkpoint publishes nothing.
+
+use std::{
+    fs,
+    io::{self, BufWriter, Write},
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use crate::{
+    Error, FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest, PartData, Result, Retention,
+    Snapshot, Stage, checksum,
+    failpoints::io_failpoint,
+    layout::{self, TMP_PREFIX, checkpoint_dir_name, fsync_dir, nonce},
+};
+
+const CHUNK: usize = 8 << 20;
+
+/// What a successful persist produced.
+#[derive(Debug, Clone)]
+pub(crate) struct Published {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub persist: Duration,
+    pub removed: Vec<u64>,
+}
+
+/// Publishes snapshots into one root. Shared by the persist thread and synchronous writes.
+#[derive(Debug)]
+pub(crate) struct Publisher {
+    root: PathBuf,
+    retention: Retention,
+    /// Serializes the commit (rename, `latest`, retention); holds the newest published step.
+    commit: Mutex<Option<u64>>,
+}
+
+/// A sink that remembers the first I/O error, so a producer's failure can be told apart from
+/// a failure of the disk underneath it.
+struct ErrorMemo<W> {
+    inner: W,
+    first_error: Option<io::Error>,
+}
+
+impl<W: Write> Write for ErrorMemo<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf).inspect_err(|e| self.remember(e))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush().inspect_err(|e| self.remember(e))
+    }
+}
+
+impl<W> ErrorMemo<W> {
+    fn remember(&mut self, e: &io::Error) {
+        if self.first_error.is_none() {
+            self.first_error = Some(io::Error::new(e.kind(), e.to_string()));
+        }
+    }
+}
+
+impl Publisher {
+    pub(crate) fn new(root: PathBuf, retention: Retention, latest: Option<u64>) -> Self {
+        Self {
+            root,
+            retention,
+            commit: Mutex::new(latest),
+        }
+    }
+
+    /// Persists and publishes `snap`.
+    pub(crate) fn persist(&self, snap: Snapshot) -> Result<Published> {
+        snap.validate()?;
+        let step = snap.step;
+        let target = self.root.join(checkpoint_dir_name(step));
+        if target.exists() {
+            return Err(Error::AlreadyPublished { step, path: target });
+        }
+        let start = Instant::now();
+        let tmp = self.root.join(format!("{TMP_PREFIX}{step}-{}", nonce()));
+        fs::create_dir(&tmp).map_err(|source| Error::Persist {
+            step,
+            stage: Stage::CreateTmp,
+            path: tmp.clone(),
+            source,
+        })?;
+        let result = self.write_tmp(&tmp, snap);
+        let manifest = match result {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(e);
+            }
+        };
+        let removed = self.commit(step, &tmp, &target)?;
+        Ok(Published {
+            path: target,
+            bytes: manifest.total_bytes(),
+            persist: start.elapsed(),
+            removed,
+        })
+    }
+
+    fn write_tmp(&self, tmp: &Path, snap: Snapshot) -> Result<Manifest> {
+        let step = snap.step;
+        let mut files = Vec::with_capacity(snap.parts.len());
+        for part in snap.parts {
+            let path = tmp.join(&part.name);
+            let persist_err = |stage, source| Error::Persist {
+                step,
+                stage,
+                path: path.clone(),
+                source,
+            };
+            let (file, digest, size) = (|| -> Result<_> {
+                let create = || -> io::Result<fs::File> {
+                    io_failpoint!(WRITE_PART);
+                    fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                };
+                let file = create().map_err(|e| persist_err(Stage::WritePart, e))?;
+                let mut w = crate::checksum::HashingWriter::new(file);
+                match part.data {
+                    PartData::Bytes(b) => write_chunked(&mut w, &b),
+                    PartData::Shared(b) => write_chunked(&mut w, &b),
+                    PartData::Staged(b) => write_chunked(&mut w, &b),
+                    PartData::Producer(p) => {
+                        let mut sink = ErrorMemo {
+                            inner: BufWriter::with_capacity(CHUNK, &mut w),
+                            first_error: None,
+                        };
+                        let produced = p.write_into(&mut sink);
+                        let flushed = sink.flush();
+                        match (produced, sink.first_error.take(), flushed) {
+                            (_, Some(io), _) => Err(io),
+                            (Err(source), None, _) => {
+                                return Err(Error::Producer {
+                                    step,
+                                    part: part.name.clone(),
+                                    source,
+                                });
+                            }
+                            (Ok(()), None, r) => r,
+                        }
+                    }
+                }
+                .map_err(|e| persist_err(Stage::WritePart, e))?;
+                let (file, digest, size) = w.finish();
+                Ok((file, digest, size))
+            })()?;
+            (|| -> io::Result<()> {
+                io_failpoint!(FSYNC_PART);
+                file.sync_all()
+            })()
+            .map_err(|e| persist_err(Stage::FsyncPart, e))?;
+            files.push(FileEntry {
+                name: part.name,
+                size,
+                xxh3: checksum::hex(digest),
+            });
+        }
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            step,
+            epoch: snap.epoch,
+            world_size: snap.world_size,
+            layout: snap.layout,
+            created_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            files,
+            meta: snap.meta,
+        };
+        let mpath = tmp.join(MANIFEST_FILE);
+        let merr = |stage, source| Error::Persist {
+            step,
+            stage,
+            path: mpath.clone(),
+            source,
+        };
+        let mfile = (|| -> io::Result<fs::File> {
+            io_failpoint!(WRITE_MANIFEST);
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&mpath)?;
+            f.write_all(&manifest.to_bytes())?;
+            Ok(f)
+        })()
+        .map_err(|e| merr(Stage::WriteManifest, e))?;
+        (|| -> io::Result<()> {
+            io_failpoint!(FSYNC_MANIFEST);
+            mfile.sync_all()
+        })()
+        .map_err(|e| merr(Stage::FsyncManifest, e))?;
+        (|| -> io::Result<()> {
+            io_failpoint!(FSYNC_TMP_DIR);
+            fsync_dir(tmp)
+        })()
+        .map_err(|source| Error::Persist {
+            step,
+            stage: Stage::FsyncTmpDir,
+            path: tmp.to_path_buf(),
+            source,
+        })?;
+        Ok(manifest)
+    }
+
+    /// Rename, fsync root, move `latest`, retention. On failure before `latest` is durable the
+    /// directory is taken back out of the published namespace.
+    fn commit(&self, step: u64, tmp: &Path, target: &Path) -> Result<Vec<u64>> {
+        let mut latest = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+        let root = self.root.as_path();
+        let renamed = (|| -> io::Result<()> {
+            io_failpoint!(RENAME);
+            if target.exists() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "target directory exists",
+                ));
+            }
+            fs::rename(tmp, target)
+        })();
+        if let Err(source) = renamed {
+            let _ = fs::remove_dir_all(tmp);
+            return Err(Error::Persist {
+                step,
+                stage: Stage::Rename,
+                path: target.to_path_buf(),
+                source,
+            });
+        }
+        let synced = (|| -> io::Result<()> {
+            io_failpoint!(FSYNC_ROOT);
+            fsync_dir(root)
+        })();
+        if let Err(source) = synced {
+            self.unpublish(target, None);
+            return Err(Error::Persist {
+                step,
+                stage: Stage::FsyncRoot,
+                path: root.to_path_buf(),
+                source,
+            });
+        }
+        if latest.is_none_or(|l| step > l) {
+            if let Err(source) = layout::write_latest(root, &checkpoint_dir_name(step)) {
+                self.unpublish(target, Some(*latest));
+                return Err(Error::Persist {
+                    step,
+                    stage: Stage::UpdateLatest,
+                    path: root.join(layout::LATEST_FILE),
+                    source,
+                });
+            }
+            *latest = Some(step);
+        }
+        layout::apply_retention(root, &self.retention, step)
+    }
+
+    /// Best effort: removes a just-renamed directory and, if `latest` already names it, points
+    /// `latest` back at `previous`.
+    fn unpublish(&self, target: &Path, previous: Option<Option<u64>>) {
+        let root = self.root.as_path();
+        if let Some(prev) = previous {
+            let name = target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if layout::read_latest(root).ok().flatten().as_deref() == Some(name) {
+                let _ = match prev {
+                    Some(p) => layout::write_latest(root, &checkpoint_dir_name(p)),
+                    None => fs::remove_file(root.join(layout::LATEST_FILE)),
+                };
+            }
+        }
+        let doomed = root.join(format!("{TMP_PREFIX}failed-{}", nonce()));
+        if fs::rename(target, &doomed).is_ok() {
+            let _ = fsync_dir(root);
+            let _ = fs::remove_dir_all(&doomed);
+        }
+    }
+}
+
+fn write_chunked(w: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    for c in bytes.chunks(CHUNK) {
+        w.write_all(c)?;
+    }
+    w.flush()
+}

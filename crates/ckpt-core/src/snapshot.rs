@@ -1,0 +1,198 @@
+//! Snapshots: an immutable set of named parts taken at one step boundary.
+//!
+//! Every part is owned by the snapshot (`Send + 'static`), so once [`crate::Engine::submit`]
+//! has taken it the caller cannot reach it any more: the type system, not a convention, keeps
+//! the trainer from mutating what the persist thread is writing.
+
+use std::{collections::BTreeMap, io::Write, sync::Arc, time::Duration};
+
+use crate::StagingBuf;
+
+/// Writes a part's bytes on the persist thread, from data that can no longer change (for
+/// example held tensor handles whose updates allocate instead of writing in place).
+pub trait PartProducer: Send + 'static {
+    /// Writes the whole part into `sink`.
+    fn write_into(
+        self: Box<Self>,
+        sink: &mut dyn Write,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
+}
+
+impl<F> PartProducer for F
+where
+    F: FnOnce(&mut dyn Write) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+        + Send
+        + 'static,
+{
+    fn write_into(
+        self: Box<Self>,
+        sink: &mut dyn Write,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        (*self)(sink)
+    }
+}
+
+/// The data of one part.
+pub enum PartData {
+    /// Owned bytes.
+    Bytes(Vec<u8>),
+    /// Shared immutable bytes.
+    Shared(Arc<[u8]>),
+    /// A buffer leased from the engine's staging pool; it returns to the pool once written.
+    Staged(StagingBuf),
+    /// A producer that writes the bytes later, on the persist thread.
+    Producer(Box<dyn PartProducer>),
+}
+
+impl std::fmt::Debug for PartData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PartData::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            PartData::Shared(b) => write!(f, "Shared({} bytes)", b.len()),
+            PartData::Staged(b) => write!(f, "Staged({} bytes)", b.len()),
+            PartData::Producer(_) => f.write_str("Producer"),
+        }
+    }
+}
+
+impl PartData {
+    /// Length in bytes when known before writing.
+    pub fn known_len(&self) -> Option<u64> {
+        match self {
+            PartData::Bytes(b) => Some(b.len() as u64),
+            PartData::Shared(b) => Some(b.len() as u64),
+            PartData::Staged(b) => Some(b.len() as u64),
+            PartData::Producer(_) => None,
+        }
+    }
+}
+
+/// One named file of a checkpoint.
+#[derive(Debug)]
+pub struct Part {
+    /// File name inside the checkpoint directory (no separators).
+    pub name: String,
+    /// Its data.
+    pub data: PartData,
+}
+
+/// The state of a training run at one step boundary, ready to persist.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Global step the snapshot was taken after.
+    pub step: u64,
+    /// Epoch at that step.
+    pub epoch: u64,
+    /// Number of ranks that contributed.
+    pub world_size: u32,
+    /// Layout name recorded in the manifest (`single`, `consolidated`, `per-rank`).
+    pub layout: String,
+    /// Extra manifest entries.
+    pub meta: BTreeMap<String, serde_json::Value>,
+    /// The parts, written in this order.
+    pub parts: Vec<Part>,
+    /// Time the caller spent capturing this snapshot (counted in the reported stall).
+    pub capture_time: Duration,
+}
+
+impl Snapshot {
+    /// An empty snapshot for `step`.
+    pub fn new(step: u64) -> Self {
+        Self {
+            step,
+            epoch: 0,
+            world_size: 1,
+            layout: "single".into(),
+            meta: BTreeMap::new(),
+            parts: Vec::new(),
+            capture_time: Duration::ZERO,
+        }
+    }
+
+    /// Sets the epoch.
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
+    }
+
+    /// Sets the world size and layout name.
+    pub fn with_layout(mut self, world_size: u32, layout: impl Into<String>) -> Self {
+        self.world_size = world_size;
+        self.layout = layout.into();
+        self
+    }
+
+    /// Adds a manifest entry.
+    pub fn with_meta(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Self {
+        self.meta.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds a part.
+    pub fn with_part(mut self, name: impl Into<String>, data: PartData) -> Self {
+        self.parts.push(Part {
+            name: name.into(),
+            data,
+        });
+        self
+    }
+
+    /// Adds an owned-bytes part.
+    pub fn with_bytes(self, name: impl Into<String>, bytes: Vec<u8>) -> Self {
+        self.with_part(name, PartData::Bytes(bytes))
+    }
+
+    /// Adds a part from a staging buffer.
+    pub fn with_staged(self, name: impl Into<String>, buf: StagingBuf) -> Self {
+        self.with_part(name, PartData::Staged(buf))
+    }
+
+    /// Adds a part written later by `producer` on the persist thread.
+    pub fn with_producer(self, name: impl Into<String>, producer: impl PartProducer) -> Self {
+        self.with_part(name, PartData::Producer(Box::new(producer)))
+    }
+
+    /// Records how long capturing took on the training thread.
+    pub fn with_capture_time(mut self, d: Duration) -> Self {
+        self.capture_time = d;
+        self
+    }
+
+    /// Sum of the known part sizes.
+    pub fn known_bytes(&self) -> u64 {
+        self.parts.iter().filter_map(|p| p.data.known_len()).sum()
+    }
+
+    /// Checks part names: non-empty, no path separators, unique, not reserved.
+    pub fn validate(&self) -> crate::Result<()> {
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &self.parts {
+            let n = p.name.as_str();
+            let bad = n.is_empty()
+                || n == "."
+                || n == ".."
+                || n.contains('/')
+                || n.contains('\\')
+                || n.contains('\0')
+                || n.starts_with(".tmp")
+                || n == crate::MANIFEST_FILE;
+            if bad {
+                return Err(crate::Error::InvalidSnapshot {
+                    step: self.step,
+                    reason: format!("part name {n:?} is not a plain, non-reserved file name"),
+                });
+            }
+            if !seen.insert(n) {
+                return Err(crate::Error::InvalidSnapshot {
+                    step: self.step,
+                    reason: format!("part {n:?} appears twice"),
+                });
+            }
+        }
+        Ok(())
+    }
+}

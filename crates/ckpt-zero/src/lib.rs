@@ -1,0 +1,1 @@
+//! ZeRO-1 sharding (filled by the ckpt-zero issue; nothing here yet).
