@@ -4,7 +4,7 @@
 //! The budget controller measures, online, the step time without a persist running, the step
 //! time while one runs (the difference is interference), the stall per save and the persist
 //! time. With per-save cost `C = stall + interference` and step time `t`, saving every `k` steps
-//! costs `C / (k t)` of the run, so it picks the smallest `k` with `C / (k t) <= budget`, and
+//! costs `C / (k t)` of the run, so it picks the smallest `k` with `C / (k t) <= 0.9 budget`, and
 //! at least enough steps for the previous persist to finish: a save never starts while the
 //! previous one is still persisting. Time is passed in by the caller, so the controller runs
 //! the same under a simulated clock.
@@ -69,6 +69,9 @@ pub struct FrequencyController {
 }
 
 impl FrequencyController {
+    /// Fraction of the budget the controller aims at, leaving room for estimation noise.
+    pub const HEADROOM: f64 = 0.9;
+
     /// A controller for `policy`.
     pub fn new(policy: FrequencyPolicy) -> Self {
         Self {
@@ -111,7 +114,7 @@ impl FrequencyController {
         let persist = self.persist.get()?;
         let idle = self.step_idle.get()?;
         let interference = match self.step_busy.get() {
-            Some(busy) if busy > idle => (busy - idle) * (persist / busy),
+            Some(busy) if busy > idle => (busy - idle) * (persist / busy).ceil(),
             _ => 0.0,
         };
         Some(stall + interference)
@@ -127,7 +130,8 @@ impl FrequencyController {
                 let cost = self.cost_per_save()?;
                 let persist = self.persist.get()? + self.stall.get()?;
                 let busy = self.step_busy.get().unwrap_or(t).max(t);
-                let k_budget = (cost / (fraction.max(1e-9) * t)).ceil();
+                // Aim a little under the budget: the estimates are noisy and steps are whole.
+                let k_budget = (cost / (Self::HEADROOM * fraction.max(1e-9) * t)).ceil();
                 let k_overlap = (persist / busy).ceil() + 1.0;
                 Some(k_budget.max(k_overlap).clamp(1.0, u64::MAX as f64 / 2.0) as u64)
             }

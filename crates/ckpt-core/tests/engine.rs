@@ -1,0 +1,323 @@
+//! Engine behaviour without injected faults: layout, manifest, `latest`, retention, locking,
+//! corruption detection and recovery, staging budget, frequency control.
+
+use std::{fs, path::Path, time::Duration};
+
+use ckpt_core::{
+    Backpressure, CheckpointStatus, Engine, EngineConfig, Error, FrequencyController,
+    FrequencyPolicy, Retention, Snapshot, SubmitOutcome, list_checkpoints, read_latest, read_part,
+    recover, verify_checkpoint, verify_root,
+};
+
+fn snap(step: u64) -> Snapshot {
+    let a: Vec<u8> = (0..1000u32).map(|i| (i as u64 * 31 + step) as u8).collect();
+    Snapshot::new(step)
+        .with_epoch(step / 10)
+        .with_bytes("model.bin", a)
+        .with_producer("trainer.bin", move |w: &mut dyn std::io::Write| {
+            w.write_all(format!("step={step}").as_bytes())?;
+            Ok(())
+        })
+}
+
+fn open(root: &Path) -> Engine {
+    Engine::open(EngineConfig::new(root)).unwrap().0
+}
+
+#[test]
+fn publishes_layout_manifest_and_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut e = open(root);
+    for s in [10, 20] {
+        assert!(matches!(
+            e.submit(snap(s)).unwrap(),
+            SubmitOutcome::Queued { .. }
+        ));
+    }
+    let summary = e.finish().unwrap();
+    assert_eq!(
+        summary.events.iter().map(|e| e.step).collect::<Vec<_>>(),
+        vec![10, 20]
+    );
+    assert_eq!(read_latest(root).unwrap().as_deref(), Some("step-00000020"));
+    let m = verify_checkpoint(&root.join("step-00000020")).unwrap();
+    assert_eq!((m.step, m.epoch, m.files.len()), (20, 2, 2));
+    assert_eq!(
+        read_part(&root.join("step-00000020"), "trainer.bin").unwrap(),
+        b"step=20"
+    );
+    assert!(root.join("step-00000020/manifest.json").exists());
+    // Nothing in flight is left behind.
+    assert!(
+        fs::read_dir(root).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".tmp"))
+    );
+    verify_root(root).unwrap();
+}
+
+#[test]
+fn retention_keep_last_and_keep_every() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = EngineConfig::new(root).retention(Retention::keep_last(2).with_keep_every(30));
+    let (mut e, _) = Engine::open(cfg).unwrap();
+    for s in (10..=100).step_by(10) {
+        e.submit(snap(s)).unwrap();
+        e.wait_idle().unwrap();
+    }
+    e.finish().unwrap();
+    let steps: Vec<u64> = list_checkpoints(root, true)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, vec![30, 60, 90, 100]);
+    assert_eq!(read_latest(root).unwrap().as_deref(), Some("step-00000100"));
+}
+
+#[test]
+fn second_writer_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let err = Engine::open(EngineConfig::new(dir.path())).unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("locked by another writer")
+            && msg.contains(&format!("pid {}", std::process::id())),
+        "{msg}"
+    );
+    drop(e);
+    open(dir.path());
+}
+
+#[test]
+fn duplicate_step_and_bad_part_names_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = open(dir.path());
+    e.submit(snap(5)).unwrap();
+    e.wait_idle().unwrap();
+    e.submit(snap(5)).unwrap();
+    let err = e.wait_idle().unwrap_err();
+    assert!(
+        matches!(err, Error::AlreadyPublished { step: 5, .. }),
+        "{err}"
+    );
+    for bad in ["../x", "", "manifest.json", "a/b", ".tmp-x"] {
+        let err = e
+            .submit(Snapshot::new(6).with_bytes(bad, vec![1]))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidSnapshot { step: 6, .. }),
+            "{bad}: {err}"
+        );
+    }
+    let err = e
+        .submit(
+            Snapshot::new(6)
+                .with_bytes("a", vec![1])
+                .with_bytes("a", vec![2]),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("appears twice"));
+    e.finish().unwrap();
+    assert!(!dir.path().join("step-00000006").exists());
+}
+
+#[test]
+fn producer_error_names_the_part_and_publishes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = open(dir.path());
+    e.submit(snap(1)).unwrap();
+    e.wait_idle().unwrap();
+    let s = Snapshot::new(2).with_producer("optim.bpk", |_w: &mut dyn std::io::Write| {
+        Err("tensor 'l1.weight' could not be read".into())
+    });
+    e.submit(s).unwrap();
+    let err = e.finish().unwrap_err();
+    assert!(
+        matches!(&err, Error::Producer { step: 2, part, .. } if part == "optim.bpk"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("l1.weight"));
+    assert!(!dir.path().join("step-00000002").exists());
+    assert_eq!(
+        read_latest(dir.path()).unwrap().as_deref(),
+        Some("step-00000001")
+    );
+}
+
+/// Flipping any single byte of any published file is caught by verification and by reading,
+/// and recovery falls back to the previous valid checkpoint.
+#[test]
+fn every_single_byte_flip_is_detected_and_recovery_falls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut e = open(root);
+    for s in [1, 2] {
+        e.submit(snap(s)).unwrap();
+    }
+    e.finish().unwrap();
+    let ck = root.join("step-00000002");
+    for name in ["model.bin", "trainer.bin", "manifest.json"] {
+        let path = ck.join(name);
+        let orig = fs::read(&path).unwrap();
+        for i in 0..orig.len() {
+            let mut b = orig.clone();
+            b[i] ^= 0x5a;
+            fs::write(&path, &b).unwrap();
+            let err = verify_checkpoint(&ck).expect_err(&format!("flip at {name}[{i}] not caught"));
+            let msg = err.to_string();
+            assert!(msg.contains(name), "error does not name {name}: {msg}");
+            if name != "manifest.json" {
+                assert!(read_part(&ck, name).is_err());
+            }
+        }
+        fs::write(&path, &orig).unwrap();
+        verify_checkpoint(&ck).unwrap();
+    }
+    // Truncation and a missing file are caught too.
+    let model = ck.join("model.bin");
+    let orig = fs::read(&model).unwrap();
+    fs::write(&model, &orig[..10]).unwrap();
+    assert!(
+        verify_root(root)
+            .unwrap_err()
+            .to_string()
+            .contains("model.bin")
+    );
+    let listed = list_checkpoints(root, false).unwrap();
+    assert!(matches!(listed[1].status, CheckpointStatus::Invalid(_)));
+    // Recovery falls back to step 1, moves the broken one aside and repairs `latest`.
+    let report = recover(root).unwrap();
+    assert_eq!(report.latest.as_ref().map(|c| c.step), Some(1));
+    assert!(report.fell_back() && report.repaired_latest);
+    assert_eq!(read_latest(root).unwrap().as_deref(), Some("step-00000001"));
+    verify_root(root).unwrap();
+    // The step can be written again.
+    let mut e = open(root);
+    e.submit(snap(2)).unwrap();
+    e.finish().unwrap();
+    assert_eq!(read_latest(root).unwrap().as_deref(), Some("step-00000002"));
+}
+
+#[test]
+fn staging_peak_never_exceeds_budget_over_100_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 3 << 20;
+    let cfg = EngineConfig::new(dir.path())
+        .staging_budget(budget)
+        .max_in_flight(2)
+        .retention(Retention::keep_last(2));
+    let (mut e, _) = Engine::open(cfg).unwrap();
+    let mut seed = 12345u64;
+    for step in 1..=100u64 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let len = 1 + (seed >> 33) as usize % (budget as usize / 2);
+        let mut buf = e.staging().lease(len, Duration::from_secs(60)).unwrap();
+        buf.fill(step as u8);
+        e.submit(Snapshot::new(step).with_staged("state.bin", buf))
+            .unwrap();
+        let st = e.staging().stats();
+        assert!(st.allocated <= budget && st.in_use <= budget, "{st:?}");
+    }
+    let s = e.finish().unwrap();
+    let st = s.metrics.staging;
+    assert!(
+        st.peak_allocated <= budget && st.peak_in_use <= budget,
+        "{st:?}"
+    );
+    assert!(st.reused > 0, "buffers were never reused: {st:?}");
+    assert_eq!(st.in_use, 0);
+    let last = read_part(&dir.path().join("step-00000100"), "state.bin").unwrap();
+    assert!(last.iter().all(|&b| b == 100));
+}
+
+/// With a simulated clock: a trainer whose steps take `t`, slowed while a persist runs, whose
+/// saves stall and persist for known times. The controller's interval keeps the overhead under
+/// the budget and never starts a save while the previous persists.
+#[test]
+fn overhead_budget_controller_keeps_overhead_under_budget_without_overlap() {
+    for (budget, t, busy, stall, persist) in [
+        (0.02, 0.010, 0.012, 0.005, 0.200),
+        (0.05, 0.100, 0.110, 0.030, 0.500),
+        (0.02, 0.050, 0.050, 0.001, 2.000),
+        (0.10, 0.001, 0.0015, 0.0002, 0.010),
+    ] {
+        let mut f = FrequencyController::new(FrequencyPolicy::budget(budget));
+        let mut now = 0.0f64;
+        let mut persist_until = f64::NEG_INFINITY;
+        let (mut overhead, mut base, mut saves, mut last_save) = (0.0, 0.0, 0, None);
+        let steps = 20_000u64;
+        for step in 1..=steps {
+            let persisting = now < persist_until;
+            let dt = if persisting { busy } else { t };
+            now += dt;
+            base += t;
+            overhead += dt - t;
+            f.observe_step(Duration::from_secs_f64(dt), persisting);
+            let persisting = now < persist_until;
+            if f.should_save(step, Duration::from_secs_f64(now), persisting) {
+                assert!(
+                    !persisting,
+                    "save started at step {step} while the previous persists"
+                );
+                now += stall;
+                overhead += stall;
+                persist_until = now + persist;
+                f.saved(step, Duration::from_secs_f64(now));
+                f.observe_save(
+                    Duration::from_secs_f64(stall),
+                    Duration::from_secs_f64(persist),
+                );
+                saves += 1;
+                last_save = Some(step);
+            }
+        }
+        let frac = overhead / base;
+        let k = f.interval().unwrap();
+        assert!(
+            frac <= budget,
+            "budget {budget}: overhead {frac:.4} with interval {k}"
+        );
+        assert!(saves > 1 && last_save.is_some());
+        // As often as the budget allows: within the controller's 10 % headroom of the shortest
+        // interval that meets the budget and does not overlap.
+        let cost = stall + (busy - t) * (persist / busy).ceil();
+        let k_min = (cost / (budget * t))
+            .ceil()
+            .max(((persist + stall) / busy).ceil());
+        assert!(
+            k as f64 <= (k_min / FrequencyController::HEADROOM).ceil() + 2.0,
+            "interval {k} is needlessly long (min {k_min})"
+        );
+    }
+}
+
+#[test]
+fn skip_policy_reports_outcome_in_sync_policy_writes_inline() {
+    // Without delays the pipeline may or may not be full; with max_in_flight = 1 and two
+    // back-to-back submits, the outcome must be one of the documented ones.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig::new(dir.path()).backpressure(Backpressure::Sync);
+    let (mut e, _) = Engine::open(cfg).unwrap();
+    e.submit(snap(1)).unwrap();
+    match e.submit(snap(2)).unwrap() {
+        SubmitOutcome::WrittenSync(ev) => {
+            assert!(ev.sync && dir.path().join("step-00000002").exists())
+        }
+        SubmitOutcome::Queued { .. } => {}
+        o => panic!("unexpected {o:?}"),
+    }
+    e.finish().unwrap();
+    assert_eq!(
+        read_latest(dir.path()).unwrap().as_deref(),
+        Some("step-00000002")
+    );
+}
