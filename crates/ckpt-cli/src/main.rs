@@ -1,1 +1,218 @@
-fn main() {}
+//! `ckpt`: list, verify and clean up burn-ckpt checkpoint roots.
+//!
+//! Exit status: 0 on success; 1 when something fails verification or an operation fails (one
+//! line on stderr naming the file and the reason); 2 on bad usage.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use ckpt_core::{
+    CheckpointStatus, MANIFEST_FILE, Retention, RootLock, garbage_collect, list_checkpoints,
+    parse_step_dir, prune, read_latest, verify_checkpoint,
+};
+use clap::{Parser, Subcommand};
+
+/// Inspect and maintain burn-ckpt checkpoint directories.
+#[derive(Parser)]
+#[command(name = "ckpt", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the checkpoints in ROOT (sizes checked, checksums not).
+    Ls {
+        /// Checkpoint root.
+        root: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify every file of every checkpoint in ROOT, or of one checkpoint directory.
+    Verify {
+        /// A checkpoint root or one `step-*` directory.
+        path: PathBuf,
+    },
+    /// Remove stale in-flight data, quarantined and invalid checkpoints, and optionally apply
+    /// retention. Refuses while a trainer holds the root.
+    Gc {
+        /// Checkpoint root.
+        root: PathBuf,
+        /// Also keep only the newest N valid checkpoints.
+        #[arg(long)]
+        keep_last: Option<usize>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Ls { root, json } => ls(&root, json),
+        Cmd::Verify { path } => verify(&path),
+        Cmd::Gc { root, keep_last } => gc(&root, keep_last),
+    };
+    if let Err(e) = res {
+        eprintln!("ckpt: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn require_dir(p: &Path) -> Result<()> {
+    if !p.is_dir() {
+        bail!("{}: not a directory", p.display());
+    }
+    Ok(())
+}
+
+fn human(bytes: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+fn ls(root: &Path, json: bool) -> Result<()> {
+    require_dir(root)?;
+    let list = list_checkpoints(root, false)?;
+    if json {
+        let rows: Vec<_> = list
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "step": c.step,
+                    "path": c.path,
+                    "bytes": c.bytes,
+                    "latest": c.latest,
+                    "epoch": c.manifest.as_ref().map(|m| m.epoch),
+                    "world_size": c.manifest.as_ref().map(|m| m.world_size),
+                    "layout": c.manifest.as_ref().map(|m| m.layout.clone()),
+                    "files": c.manifest.as_ref().map(|m| m.files.iter().map(|f| &f.name).collect::<Vec<_>>()),
+                    "valid": !matches!(c.status, CheckpointStatus::Invalid(_)),
+                    "problem": match &c.status { CheckpointStatus::Invalid(r) => Some(r), _ => None },
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    if list.is_empty() {
+        println!("no checkpoints in {}", root.display());
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:>10} {:>6} {:>10} {:>6}  STATUS",
+        "NAME", "STEP", "EPOCH", "SIZE", "FILES"
+    );
+    for c in &list {
+        let name = c
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let (epoch, files) = c
+            .manifest
+            .as_ref()
+            .map(|m| (m.epoch.to_string(), m.files.len().to_string()))
+            .unwrap_or(("-".into(), "-".into()));
+        let status = match &c.status {
+            CheckpointStatus::Invalid(r) => format!("INVALID: {r}"),
+            _ if c.latest => "ok (latest)".into(),
+            _ => "ok".into(),
+        };
+        println!(
+            "{name:<16} {:>10} {epoch:>6} {:>10} {files:>6}  {status}",
+            c.step,
+            human(c.bytes)
+        );
+    }
+    Ok(())
+}
+
+fn verify(path: &Path) -> Result<()> {
+    require_dir(path)?;
+    let is_ckpt = path.join(MANIFEST_FILE).exists()
+        || path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(parse_step_dir)
+            .is_some();
+    if is_ckpt {
+        let m = verify_checkpoint(path)?;
+        println!(
+            "OK   {} (step {}, {} files, {})",
+            path.display(),
+            m.step,
+            m.files.len(),
+            human(m.total_bytes())
+        );
+        return Ok(());
+    }
+    let list = list_checkpoints(path, true)?;
+    let mut failures = 0;
+    for c in &list {
+        match &c.status {
+            CheckpointStatus::Invalid(r) => {
+                failures += 1;
+                eprintln!("FAIL {r}");
+            }
+            _ => println!("OK   {} ({})", c.path.display(), human(c.bytes)),
+        }
+    }
+    let latest =
+        read_latest(path).with_context(|| format!("{}: cannot read `latest`", path.display()))?;
+    match latest {
+        Some(name) => {
+            let ok = list
+                .iter()
+                .any(|c| c.latest && !matches!(c.status, CheckpointStatus::Invalid(_)));
+            if !ok {
+                failures += 1;
+                eprintln!(
+                    "FAIL {}: names {name}, which is not a valid checkpoint",
+                    path.join("latest").display()
+                );
+            }
+        }
+        None if !list.is_empty() => {
+            failures += 1;
+            eprintln!(
+                "FAIL {}: missing although checkpoints exist",
+                path.join("latest").display()
+            );
+        }
+        None => {}
+    }
+    if failures > 0 {
+        bail!("{failures} problem(s) in {}", path.display());
+    }
+    println!(
+        "{} checkpoint(s) verified in {}",
+        list.len(),
+        path.display()
+    );
+    Ok(())
+}
+
+fn gc(root: &Path, keep_last: Option<usize>) -> Result<()> {
+    require_dir(root)?;
+    let _lock = RootLock::acquire(root)?;
+    for p in garbage_collect(root)? {
+        println!("removed {}", p.display());
+    }
+    if let Some(n) = keep_last {
+        for s in prune(root, &Retention::keep_last(n))? {
+            println!("removed step {s} (retention)");
+        }
+    }
+    Ok(())
+}

@@ -497,6 +497,15 @@ pub(crate) fn apply_retention(root: &Path, policy: &Retention, step: u64) -> Res
     Ok(removed)
 }
 
+/// Applies `policy` to a root outside a save (the caller holds the lock), e.g. from `ckpt gc`.
+/// Returns the removed steps.
+pub fn prune(root: &Path, policy: &Retention) -> Result<Vec<u64>> {
+    let latest = read_latest(root)?
+        .and_then(|n| parse_step_dir(&n))
+        .unwrap_or(0);
+    apply_retention(root, policy, latest)
+}
+
 /// Removes stale `.tmp-*` and quarantined `.invalid-*` entries and invalid `step-*`
 /// directories (the caller holds the lock). Returns what was removed.
 pub fn garbage_collect(root: &Path) -> Result<Vec<PathBuf>> {
@@ -505,7 +514,7 @@ pub fn garbage_collect(root: &Path) -> Result<Vec<PathBuf>> {
         let ent = ent.map_err(|e| Error::io(root, e))?;
         let name = ent.file_name().to_string_lossy().to_string();
         let p = ent.path();
-        let invalid_step = parse_step_dir(&name).is_some() && quick_check(&p).is_err();
+        let invalid_step = parse_step_dir(&name).is_some() && verify_checkpoint(&p).is_err();
         if name.starts_with(QUARANTINE_PREFIX) || invalid_step {
             fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
             removed.push(p);

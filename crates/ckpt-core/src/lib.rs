@@ -38,8 +38,8 @@ pub use error::{Error, Result, Stage};
 pub use frequency::{FrequencyController, FrequencyPolicy};
 pub use layout::{
     CheckpointInfo, CheckpointStatus, LATEST_FILE, LOCK_FILE, RecoveryReport, Retention,
-    checkpoint_dir_name, garbage_collect, list_checkpoints, parse_step_dir, read_latest, read_part,
-    recover, verify_checkpoint, verify_root,
+    checkpoint_dir_name, garbage_collect, list_checkpoints, parse_step_dir, prune, read_latest,
+    read_part, recover, verify_checkpoint, verify_root,
 };
 pub use lock::RootLock;
 pub use manifest::{FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};

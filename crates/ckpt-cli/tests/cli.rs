@@ -1,0 +1,120 @@
+//! The `ckpt` command end to end: ls, verify (whole root and one checkpoint), gc, bad input.
+
+use std::{fs, path::Path, process::Command};
+
+use ckpt_core::{Engine, EngineConfig, Snapshot};
+
+fn ckpt(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ckpt"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn make_root(root: &Path, steps: &[u64]) {
+    let (mut e, _) = Engine::open(EngineConfig::new(root)).unwrap();
+    for &s in steps {
+        e.submit(
+            Snapshot::new(s)
+                .with_epoch(1)
+                .with_bytes("model.bpk", vec![s as u8; 300])
+                .with_bytes("trainer.bin", vec![1, 2, 3]),
+        )
+        .unwrap();
+    }
+    e.finish().unwrap();
+}
+
+#[test]
+fn ls_verify_gc() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = root.to_str().unwrap();
+    make_root(root, &[10, 20, 30]);
+
+    let (code, out, _) = ckpt(&["ls", r]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("step-00000030") && out.contains("ok (latest)"),
+        "{out}"
+    );
+    let (code, out, _) = ckpt(&["ls", r, "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 3);
+    assert_eq!(v[2]["step"], 30);
+    assert_eq!(v[2]["latest"], true);
+
+    let (code, out, _) = ckpt(&["verify", r]);
+    assert_eq!(code, 0, "{out}");
+    let (code, _, _) = ckpt(&["verify", root.join("step-00000020").to_str().unwrap()]);
+    assert_eq!(code, 0);
+
+    // Corrupt one byte of step 20's model: verify names the file and fails, for the root and
+    // for the checkpoint.
+    let f = root.join("step-00000020/model.bpk");
+    let mut b = fs::read(&f).unwrap();
+    b[7] ^= 1;
+    fs::write(&f, b).unwrap();
+    let (code, _, err) = ckpt(&["verify", r]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("step-00000020/model.bpk") && err.contains("checksum mismatch"),
+        "{err}"
+    );
+    let (code, _, err) = ckpt(&["verify", root.join("step-00000020").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("model.bpk"), "{err}");
+
+    // gc removes the invalid checkpoint and stale tmp data, then retention keeps one.
+    fs::create_dir(root.join(".tmp-99-stale")).unwrap();
+    let (code, out, err) = ckpt(&["gc", r, "--keep-last", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(".tmp-99-stale") && out.contains("step-00000020"),
+        "{out}"
+    );
+    assert!(!root.join("step-00000010").exists() && root.join("step-00000030").exists());
+    let (code, _, _) = ckpt(&["verify", r]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn gc_refuses_while_a_writer_holds_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_e, _) = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (code, _, err) = ckpt(&["gc", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("locked by another writer"), "{err}");
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let (code, _, err) = ckpt(&["ls", "/nonexistent/root"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/root: not a directory"), "{err}");
+    let (code, _, _) = ckpt(&["frobnicate"]);
+    assert_eq!(code, 2);
+    let dir = tempfile::tempdir().unwrap();
+    make_root(dir.path(), &[1]);
+    fs::write(dir.path().join("latest"), "step-00000099\n").unwrap();
+    let (code, _, err) = ckpt(&["verify", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("latest") && err.contains("step-00000099"),
+        "{err}"
+    );
+    fs::write(
+        dir.path().join("step-00000001/manifest.json"),
+        b"{ not json",
+    )
+    .unwrap();
+    let (code, _, err) = ckpt(&["verify", dir.path().join("step-00000001").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("manifest.json"), "{err}");
+}
