@@ -1,1 +1,9 @@
-//! facade
+//! `burn-ckpt`: non-stalling, crash-safe checkpointing for Burn training runs (facade).
+//!
+//! - [`ckpt_core`]: the framework-agnostic engine (snapshot, background persist, atomic
+//!   publication, recovery, retention, frequency policies).
+//! - [`ckpt_burn`]: the Burn 0.22.1 integration (capture at a step boundary, resumable data
+//!   loader, restore, the example trainer).
+
+pub use ckpt_burn;
+pub use ckpt_core;

@@ -1,1 +1,33 @@
-//! Burn integration (filled by the ckpt-burn issue).
+//! `ckpt-burn`: Burn 0.22.1 integration for burn-ckpt.
+//!
+//! - [`FrozenState`]: capture model, optimizer, scheduler and trainer state at one
+//!   optimizer-step boundary by cloning handles (copy-on-write), and turn it into a
+//!   [`ckpt_core::Snapshot`] whose records are encoded on the persist thread.
+//! - [`ResumableDataLoader`]: a Burn [`DataLoader`](burn::data::dataloader::DataLoader) whose
+//!   order is a pure function of `(seed, epoch, shard)` and whose [`DataCursor`] is captured.
+//! - [`restore`] / [`restore_latest`]: load model, optimizer, scheduler and `trainer.bin` back,
+//!   with typed errors naming the file.
+//! - [`demo`]: the example trainer (MLP with dropout, AdamW, cosine LR) the `train` example and
+//!   the end-to-end tests run.
+//!
+//! Files written (see DESIGN.md): `model.bpk` (byte-identical to
+//! `model.into_record().save(..)`), `optim.bpk`, `scheduler.bpk`, `trainer.bin`.
+
+mod capture;
+mod data;
+pub mod demo;
+mod error;
+mod restore;
+mod state;
+
+pub use capture::{
+    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids,
+    encode_model, encode_optimizer, encode_scheduler, step_seed,
+};
+pub use data::{ResumableDataLoader, epoch_permutation, mix_seed};
+pub use error::{Error, Result};
+pub use restore::{
+    Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,
+    restore, restore_latest,
+};
+pub use state::{DataCursor, TRAINER_FILE, TRAINER_STATE_VERSION, TrainerState};

@@ -1,0 +1,571 @@
+//! The example trainer: a small MLP with dropout, AdamW and a cosine LR schedule on a
+//! deterministic synthetic regression dataset, checkpointed at optimizer-step boundaries.
+//!
+//! This is the logic behind `cargo run --example train` (which only parses flags, draws a
+//! progress bar and writes the report), kept in the library so end-to-end tests run exactly
+//! the same code. The training loop owns the model, the [`ModuleOptimizer`] and the
+//! [`ModuleLrScheduler`] (Burn's `Learner` keeps the optimizer and scheduler private and offers
+//! no step hook), and follows the built-in single-device loop's order: batch, forward and
+//! backward, scheduler step, optimizer step.
+//!
+//! Exact resume: the backend RNG is re-seeded from `(seed, step)` before every step, the data
+//! order is a pure function of `(seed, epoch)`, ParamIds are derived from the seed, and the
+//! checkpoint holds the model, optimizer, scheduler and data cursor of the same boundary. A run
+//! aborted anywhere and resumed to step N writes the same bytes as an uninterrupted run to N.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::module::Module;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig, Relu};
+use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::store::ModuleRecord;
+use burn::tensor::{Device, Tensor};
+use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
+use ckpt_core::{Engine, EngineConfig, FrequencyController, FrequencyPolicy, Retention, SaveEvent};
+use serde::Serialize;
+
+use crate::{
+    Error, FrozenState, Result, ResumableDataLoader, TrainerState, assign_param_ids, load_model,
+    mix_seed, restore, step_seed,
+};
+
+/// Input features of the synthetic dataset.
+pub const INPUT_DIM: usize = 16;
+/// Iterations of the cosine schedule (fixed, so a resumed run with a larger `--steps`
+/// continues the same curve).
+pub const SCHEDULE_ITERS: usize = 2000;
+
+/// The MLP: `layers` hidden `Linear + ReLU` blocks, dropout, and a linear head.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    layers: Vec<Linear>,
+    act: Relu,
+    dropout: Dropout,
+    head: Linear,
+}
+
+impl Mlp {
+    /// A freshly initialized model; weights come from the device RNG, so seed it first.
+    pub fn new(hidden: usize, layers: usize, dropout: f64, device: &Device) -> Self {
+        let mut v = Vec::with_capacity(layers);
+        let mut d_in = INPUT_DIM;
+        for _ in 0..layers.max(1) {
+            v.push(LinearConfig::new(d_in, hidden).init(device));
+            d_in = hidden;
+        }
+        Self {
+            layers: v,
+            act: Relu::new(),
+            dropout: DropoutConfig::new(dropout).init(),
+            head: LinearConfig::new(d_in, 1).init(device),
+        }
+    }
+
+    /// Forward pass: `[batch, INPUT_DIM] -> [batch, 1]`.
+    pub fn forward(&self, mut x: Tensor<2>) -> Tensor<2> {
+        for l in &self.layers {
+            x = self.act.forward(l.forward(x));
+        }
+        self.head.forward(self.dropout.forward(x))
+    }
+}
+
+/// One sample of the synthetic dataset.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    x: [f32; INPUT_DIM],
+    y: f32,
+}
+
+/// A batch on a device.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Inputs `[n, INPUT_DIM]`.
+    pub x: Tensor<2>,
+    /// Targets `[n, 1]`.
+    pub y: Tensor<2>,
+}
+
+/// Builds [`Batch`]es.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleBatcher;
+
+impl Batcher<Sample, Batch> for SampleBatcher {
+    fn batch(&self, items: Vec<Sample>, device: &Device) -> Batch {
+        let n = items.len();
+        let xs: Vec<f32> = items.iter().flat_map(|s| s.x).collect();
+        let ys: Vec<f32> = items.iter().map(|s| s.y).collect();
+        Batch {
+            x: Tensor::<1>::from_floats(xs.as_slice(), device).reshape([n, INPUT_DIM]),
+            y: Tensor::<1>::from_floats(ys.as_slice(), device).reshape([n, 1]),
+        }
+    }
+}
+
+/// The deterministic synthetic dataset: `n` samples, a smooth nonlinear target.
+pub fn synthetic_dataset(n: usize, seed: u64) -> Vec<Sample> {
+    (0..n)
+        .map(|i| {
+            let mut x = [0f32; INPUT_DIM];
+            for (j, v) in x.iter_mut().enumerate() {
+                let r = mix_seed(&[seed, i as u64, j as u64]);
+                *v = (r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            }
+            let s: f32 = x
+                .iter()
+                .enumerate()
+                .map(|(j, v)| v * ((j % 5) as f32 - 2.0))
+                .sum();
+            Sample { x, y: s.sin() + 0.1 * x[0] * x[1] }
+        })
+        .collect()
+}
+
+/// How checkpoints are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveMode {
+    /// Handle-clone snapshot, encoded and persisted on the background thread.
+    Async,
+    /// The same bytes, encoded and persisted while the trainer waits.
+    Sync,
+    /// Burn's own `AsyncCheckpointer<FileCheckpointer>` (records built on the trainer
+    /// thread), at the same steps, into `DIR/checkpoint/{model,optim,scheduler}-<step>.bpk`.
+    Burn,
+}
+
+/// When to checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Frequency {
+    /// Every N steps; 0 disables checkpointing.
+    EverySteps(u64),
+    /// As often as keeps the overhead under this fraction.
+    OverheadBudget(f64),
+}
+
+/// The compute backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Burn's pure-Rust CPU backend.
+    Flex,
+    /// CubeCL through wgpu (feature `wgpu`).
+    #[cfg(feature = "wgpu")]
+    Wgpu,
+}
+
+impl Backend {
+    /// The device for this backend.
+    pub fn device(self) -> Device {
+        match self {
+            Backend::Flex => Device::flex(),
+            #[cfg(feature = "wgpu")]
+            Backend::Wgpu => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+        }
+    }
+}
+
+/// Configuration of a demo run (the example's flags).
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// Checkpoint root.
+    pub dir: PathBuf,
+    /// Base seed (weights, ParamIds, data order, dropout).
+    pub seed: u64,
+    /// Global step the run ends at.
+    pub steps: u64,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Hidden layers.
+    pub layers: usize,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Samples in the dataset (an epoch).
+    pub dataset_size: usize,
+    /// Dropout probability.
+    pub dropout: f64,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// When to checkpoint.
+    pub frequency: Frequency,
+    /// Keep only the newest K checkpoints.
+    pub keep_last: Option<usize>,
+    /// How to write checkpoints.
+    pub save_mode: SaveMode,
+    /// Continue from the newest valid checkpoint in `dir`, if any.
+    pub resume: bool,
+    /// A fresh start takes its model (ParamIds included) from this checkpoint.
+    pub init_from: Option<PathBuf>,
+    /// `std::process::abort()` after this step's update (and its checkpoint submit, if any).
+    pub abort_at_step: Option<u64>,
+    /// Backend.
+    pub backend: Backend,
+}
+
+impl DemoConfig {
+    /// Defaults (a couple of minutes at most on a CPU) for root `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            seed: 42,
+            steps: 200,
+            hidden: 256,
+            layers: 2,
+            batch_size: 32,
+            dataset_size: 1000,
+            dropout: 0.1,
+            lr: 1e-3,
+            frequency: Frequency::EverySteps(25),
+            keep_last: Some(3),
+            save_mode: SaveMode::Async,
+            resume: false,
+            init_from: None,
+            abort_at_step: None,
+            backend: Backend::Flex,
+        }
+    }
+
+    fn checkpointing(&self) -> bool {
+        !matches!(self.frequency, Frequency::EverySteps(0))
+    }
+}
+
+/// One checkpoint in the report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SaveRecord {
+    /// Step.
+    pub step: u64,
+    /// Time the training thread was blocked by this save.
+    pub stall_ms: f64,
+    /// Time writing and publishing took (`null` for Burn's checkpointer, which reports none).
+    pub persist_ms: Option<f64>,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// What a run did (written as JSON by `--report`).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct DemoReport {
+    /// Checkpoints, by step.
+    pub saves: Vec<SaveRecord>,
+    /// Time of each training step (without checkpoint stalls), in milliseconds.
+    pub step_ms: Vec<f64>,
+    /// Wall time of the run.
+    pub wall_s: f64,
+    /// Save interval in steps in force at the end.
+    pub interval: Option<u64>,
+    /// Step the run started after (0 for a fresh start).
+    pub start_step: u64,
+    /// Step the run ended at.
+    pub final_step: u64,
+    /// Checkpoint the run resumed from.
+    pub resumed_from: Option<PathBuf>,
+    /// Loss of the last step.
+    pub final_loss: Option<f32>,
+    /// Save mode.
+    pub save_mode: Option<SaveMode>,
+    /// Checkpoints skipped or failed (none expected).
+    pub skipped: u64,
+}
+
+/// Progress information passed to the callback after every step.
+#[derive(Debug, Clone, Copy)]
+pub struct StepInfo {
+    /// Step just completed.
+    pub step: u64,
+    /// Step the run ends at.
+    pub steps: u64,
+    /// Epoch of the step's batch.
+    pub epoch: u64,
+    /// Loss of the step.
+    pub loss: f32,
+    /// Checkpoints published so far in this run.
+    pub published: usize,
+    /// Checkpoints being persisted now.
+    pub in_flight: usize,
+}
+
+struct BurnCheckpointers {
+    model: AsyncCheckpointer<ModuleRecord>,
+    optim: AsyncCheckpointer<burn::optim::OptimizerRecord>,
+    sched: AsyncCheckpointer<burn::optim::lr_scheduler::LrSchedulerRecord>,
+    dir: PathBuf,
+    saved: Vec<u64>,
+}
+
+impl BurnCheckpointers {
+    fn new(root: &Path) -> Self {
+        let dir = root.join("checkpoint");
+        Self {
+            model: AsyncCheckpointer::new(FileCheckpointer::new(&dir, "model")),
+            optim: AsyncCheckpointer::new(FileCheckpointer::new(&dir, "optim")),
+            sched: AsyncCheckpointer::new(FileCheckpointer::new(&dir, "scheduler")),
+            dir,
+            saved: Vec::new(),
+        }
+    }
+
+    fn save(
+        &mut self,
+        step: u64,
+        model: &Mlp,
+        optim: &ModuleOptimizer,
+        sched: &ModuleLrScheduler,
+        keep_last: Option<usize>,
+    ) -> Result<()> {
+        let e = |e: burn::train::checkpoint::CheckpointerError| Error::Record {
+            path: self.dir.clone(),
+            reason: e.to_string(),
+        };
+        let s = step as usize;
+        self.model.save(s, model.clone().into_record()).map_err(e)?;
+        self.optim.save(s, optim.to_record()).map_err(e)?;
+        self.sched.save(s, sched.to_record()).map_err(e)?;
+        self.saved.push(step);
+        if let Some(k) = keep_last
+            && self.saved.len() > k.max(1)
+        {
+            let old = self.saved.remove(0) as usize;
+            self.model.delete(old).map_err(e)?;
+            self.optim.delete(old).map_err(e)?;
+            self.sched.delete(old).map_err(e)?;
+        }
+        Ok(())
+    }
+
+    fn bytes(dir: &Path, step: u64) -> u64 {
+        ["model", "optim", "scheduler"]
+            .iter()
+            .filter_map(|n| std::fs::metadata(dir.join(format!("{n}-{step}.bpk"))).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+}
+
+fn optimizer() -> ModuleOptimizer {
+    AdamWConfig::new().with_weight_decay(1e-2).init()
+}
+
+fn scheduler(lr: f64) -> Result<ModuleLrScheduler> {
+    CosineAnnealingLrSchedulerConfig::new(lr, SCHEDULE_ITERS)
+        .with_min_lr(lr * 0.05)
+        .init()
+        .map_err(Error::Config)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Runs the demo trainer. `progress` is called after every step.
+pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
+    let wall = Instant::now();
+    if cfg.steps == 0 {
+        return Err(Error::Config("--steps must be at least 1".into()));
+    }
+    if !(0.0..1.0).contains(&cfg.dropout) {
+        return Err(Error::Config("dropout must be in [0, 1)".into()));
+    }
+    if let Frequency::OverheadBudget(f) = cfg.frequency
+        && !(f > 0.0 && f < 1.0)
+    {
+        return Err(Error::Config(
+            "the overhead budget must be a fraction in (0, 1)".into(),
+        ));
+    }
+    let device = cfg.backend.device().autodiff();
+
+    // Our engine (async and sync modes) owns the root; recovery runs under its lock.
+    let use_engine = cfg.checkpointing() && cfg.save_mode != SaveMode::Burn;
+    let mut engine = None;
+    let mut latest = None;
+    if use_engine {
+        let mut ec = EngineConfig::new(&cfg.dir);
+        if let Some(k) = cfg.keep_last {
+            ec = ec.retention(Retention::keep_last(k.max(1)));
+        }
+        let (e, report) = Engine::open(ec)?;
+        if report.fell_back() {
+            for (p, why) in &report.quarantined {
+                tracing::warn!(path = %p.display(), reason = %why, "skipped an invalid checkpoint");
+            }
+        }
+        latest = report.latest.map(|c| c.path);
+        engine = Some(e);
+    } else if cfg.resume {
+        latest = crate::latest_valid(&cfg.dir)?;
+    }
+
+    // Fresh state: seeded weights, seed-derived ParamIds.
+    device.seed(cfg.seed);
+    let mut model = assign_param_ids(
+        Mlp::new(cfg.hidden, cfg.layers, cfg.dropout, &device),
+        cfg.seed,
+    );
+    let mut optim = optimizer();
+    let mut sched = scheduler(cfg.lr)?;
+    let dataset = Arc::new(InMemDataset::new(synthetic_dataset(
+        cfg.dataset_size,
+        cfg.seed ^ 0xda7a,
+    )));
+    let loader = ResumableDataLoader::new(
+        dataset,
+        Arc::new(SampleBatcher),
+        cfg.batch_size,
+        cfg.seed,
+        device.clone(),
+    )?;
+
+    let mut report = DemoReport {
+        save_mode: cfg.checkpointing().then_some(cfg.save_mode),
+        ..Default::default()
+    };
+    let mut start = 0;
+    match (cfg.resume, latest) {
+        (true, Some(dir)) => {
+            let r = restore(&dir, model, optim, sched)?;
+            model = r.model;
+            optim = r.optim;
+            sched = r.scheduler;
+            if r.trainer.base_seed != cfg.seed {
+                return Err(Error::Config(format!(
+                    "{} was written with --seed {}, not {}",
+                    dir.display(),
+                    r.trainer.base_seed,
+                    cfg.seed
+                )));
+            }
+            loader.set_cursor(r.trainer.cursor)?;
+            start = r.trainer.step;
+            report.resumed_from = Some(dir);
+        }
+        _ => {
+            if let Some(init) = &cfg.init_from {
+                model = load_model(init, model)?;
+            }
+        }
+    }
+    report.start_step = start;
+
+    let policy = match cfg.frequency {
+        Frequency::EverySteps(0) => FrequencyPolicy::Never,
+        Frequency::EverySteps(n) => FrequencyPolicy::EverySteps(n),
+        Frequency::OverheadBudget(f) => FrequencyPolicy::budget(f),
+    };
+    let mut ctrl = FrequencyController::new(policy);
+    let mut burn_ckpt = (cfg.checkpointing() && cfg.save_mode == SaveMode::Burn)
+        .then(|| BurnCheckpointers::new(&cfg.dir));
+    let mut stalls: BTreeMap<u64, Duration> = BTreeMap::new();
+    let mut events: Vec<SaveEvent> = Vec::new();
+    let mut burn_steps: Vec<u64> = Vec::new();
+    let mse = MseLoss::new();
+
+    for step in start + 1..=cfg.steps {
+        let t_step = Instant::now();
+        device.seed(step_seed(cfg.seed, step));
+        let (epoch, batch) = loader.next_batch()?;
+        let out = model.forward(batch.x);
+        let loss = mse.forward(out, batch.y, Reduction::Mean);
+        let loss_value = loss.clone().try_into_scalar::<f32>().ok();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let lr = sched.step();
+        model = optim.step(lr, model, grads);
+        let step_time = t_step.elapsed();
+        report.step_ms.push(ms(step_time));
+        report.final_loss = loss_value;
+
+        let in_flight = engine.as_ref().map(|e| e.in_flight()).unwrap_or(0);
+        ctrl.observe_step(step_time, in_flight > 0);
+        let now = wall.elapsed();
+        let due = cfg.checkpointing()
+            && (ctrl.should_save(step, now, in_flight > 0) || step == cfg.steps);
+        if due {
+            let t0 = Instant::now();
+            let trainer = TrainerState::new(step, loader.cursor(), cfg.seed);
+            match (cfg.save_mode, engine.as_mut(), burn_ckpt.as_mut()) {
+                (SaveMode::Async, Some(e), _) => {
+                    let frozen = FrozenState::capture(&model, &optim, &sched, trainer);
+                    if let ckpt_core::SubmitOutcome::Skipped { .. } =
+                        e.submit(frozen.into_snapshot())?
+                    {
+                        report.skipped += 1;
+                    }
+                }
+                (SaveMode::Sync, Some(e), _) => {
+                    let frozen = FrozenState::capture(&model, &optim, &sched, trainer);
+                    let snap = frozen.encode()?.into_snapshot();
+                    e.submit(snap.with_capture_time(t0.elapsed()))?;
+                    events.extend(e.wait_idle()?);
+                }
+                (SaveMode::Burn, _, Some(b)) => {
+                    b.save(step, &model, &optim, &sched, cfg.keep_last)?;
+                    burn_steps.push(step);
+                }
+                _ => {}
+            }
+            let stall = t0.elapsed();
+            stalls.insert(step, stall);
+            ctrl.saved(step, wall.elapsed());
+            if cfg.save_mode == SaveMode::Burn {
+                ctrl.observe_save(stall, Duration::ZERO);
+            }
+        }
+        if let Some(e) = engine.as_mut() {
+            for ev in e.poll()? {
+                ctrl.observe_save(stalls.get(&ev.step).copied().unwrap_or(ev.stall), ev.persist);
+                events.push(ev);
+            }
+        }
+        progress(&StepInfo {
+            step,
+            steps: cfg.steps,
+            epoch,
+            loss: loss_value.unwrap_or(f32::NAN),
+            published: events.len() + burn_steps.len(),
+            in_flight: engine.as_ref().map(|e| e.in_flight()).unwrap_or(0),
+        });
+        if cfg.abort_at_step == Some(step) {
+            std::process::abort();
+        }
+    }
+
+    if let Some(e) = engine {
+        let summary = e.finish()?;
+        report.skipped += summary.metrics.skipped;
+        events.extend(summary.events);
+    }
+    for ev in &events {
+        report.saves.push(SaveRecord {
+            step: ev.step,
+            stall_ms: ms(stalls.get(&ev.step).copied().unwrap_or(ev.stall)),
+            persist_ms: Some(ms(ev.persist)),
+            bytes: ev.bytes,
+        });
+    }
+    if let Some(b) = burn_ckpt {
+        let dir = b.dir.clone();
+        drop(b); // joins Burn's checkpointer threads: every file is written
+        for s in burn_steps {
+            report.saves.push(SaveRecord {
+                step: s,
+                stall_ms: ms(stalls.get(&s).copied().unwrap_or_default()),
+                persist_ms: None,
+                bytes: BurnCheckpointers::bytes(&dir, s),
+            });
+        }
+    }
+    report.saves.sort_by_key(|s| s.step);
+    report.interval = ctrl.interval();
+    report.final_step = cfg.steps.max(start);
+    report.wall_s = wall.elapsed().as_secs_f64();
+    Ok(report)
+}
