@@ -140,7 +140,7 @@ fn main_inner() -> anyhow::Result<()> {
             ));
         }
         None => {
-            if s.step % every == 0 || s.step == s.steps {
+            if s.step.is_multiple_of(every) || s.step == s.steps {
                 eprintln!(
                     "step {}/{} epoch {} loss {:.4} saved {} in-flight {}",
                     s.step, s.steps, s.epoch, s.loss, s.published, s.in_flight

@@ -12,8 +12,8 @@
 use std::{io::Write, path::PathBuf, time::Instant};
 
 use burn::module::{Module, ModuleMapper, Param, ParamId};
-use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
+use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Int, Tensor};
 use ckpt_core::Snapshot;
 
@@ -45,13 +45,30 @@ pub fn encode_model<M: Module>(model: M) -> Result<Vec<u8>> {
     Ok(bytes.to_vec())
 }
 
-/// The encoded optimizer record.
+/// Burn lays an optimizer record's tensor data out in `HashMap` iteration order, so two saves
+/// of the same state differ byte for byte. Decoding and re-encoding sorts the tensors by name:
+/// the canonical layout, loaded by Burn exactly like the original.
+fn canonical_optimizer_bytes(
+    record: OptimizerRecord,
+) -> std::result::Result<burn::tensor::Bytes, burn::store::RecordError> {
+    OptimizerRecord::from_bytes(record.into_bytes()?)?.into_bytes()
+}
+
+/// The encoded optimizer record, in the canonical (name-sorted) layout.
 pub fn encode_optimizer(optim: &ModuleOptimizer) -> Result<Vec<u8>> {
-    let bytes = optim
-        .to_record()
-        .into_bytes()
-        .map_err(|e| record_err(OPTIM_FILE, e))?;
+    let bytes =
+        canonical_optimizer_bytes(optim.to_record()).map_err(|e| record_err(OPTIM_FILE, e))?;
     Ok(bytes.to_vec())
+}
+
+/// Re-encodes optimizer-record bytes (for example a file Burn wrote) in the canonical layout
+/// this crate writes, for byte comparisons.
+pub fn canonicalize_optimizer_bytes(bytes: Vec<u8>) -> Result<Vec<u8>> {
+    let record = OptimizerRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+        .map_err(|e| record_err(OPTIM_FILE, e))?;
+    Ok(canonical_optimizer_bytes(record)
+        .map_err(|e| record_err(OPTIM_FILE, e))?
+        .to_vec())
 }
 
 /// The encoded scheduler record.
@@ -158,7 +175,7 @@ impl<M: Module + 'static> FrozenState<M> {
             Ok(())
         };
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            let bytes = optim.to_record().into_bytes()?;
+            let bytes = canonical_optimizer_bytes(optim.to_record())?;
             sink.write_all(&bytes)?;
             Ok(())
         };

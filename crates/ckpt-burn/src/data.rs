@@ -45,6 +45,9 @@ pub fn epoch_permutation(seed: u64, epoch: u64, shard: (usize, usize), n: usize)
     perm
 }
 
+/// The permutation cache: the epoch it is for and the order.
+type PermCache = Arc<Mutex<Option<(u64, Arc<Vec<u32>>)>>>;
+
 struct Inner<I, O> {
     dataset: Arc<dyn Dataset<I>>,
     batcher: Arc<dyn Batcher<I, O>>,
@@ -59,7 +62,7 @@ pub struct ResumableDataLoader<I, O> {
     range: (usize, usize),
     device: Device,
     cursor: Arc<Mutex<DataCursor>>,
-    perm: Arc<Mutex<Option<(u64, Arc<Vec<u32>>)>>>,
+    perm: PermCache,
 }
 
 impl<I, O> Clone for ResumableDataLoader<I, O> {

@@ -126,7 +126,10 @@ pub fn synthetic_dataset(n: usize, seed: u64) -> Vec<Sample> {
                 .enumerate()
                 .map(|(j, v)| v * ((j % 5) as f32 - 2.0))
                 .sum();
-            Sample { x, y: s.sin() + 0.1 * x[0] * x[1] }
+            Sample {
+                x,
+                y: s.sin() + 0.1 * x[0] * x[1],
+            }
         })
         .collect()
 }
@@ -521,7 +524,10 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         }
         if let Some(e) = engine.as_mut() {
             for ev in e.poll()? {
-                ctrl.observe_save(stalls.get(&ev.step).copied().unwrap_or(ev.stall), ev.persist);
+                ctrl.observe_save(
+                    stalls.get(&ev.step).copied().unwrap_or(ev.stall),
+                    ev.persist,
+                );
                 events.push(ev);
             }
         }

@@ -22,7 +22,7 @@ mod state;
 
 pub use capture::{
     EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids,
-    encode_model, encode_optimizer, encode_scheduler, step_seed,
+    canonicalize_optimizer_bytes, encode_model, encode_optimizer, encode_scheduler, step_seed,
 };
 pub use data::{ResumableDataLoader, epoch_permutation, mix_seed};
 pub use error::{Error, Result};

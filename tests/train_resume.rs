@@ -1,0 +1,487 @@
+//! End-to-end tests of the example trainer (`ckpt_burn::demo::run`, the code behind
+//! `examples/train.rs`): exact resume after real process aborts, async/sync byte identity,
+//! byte identity with Burn's own checkpointer, and typed errors on bad input.
+//!
+//! Training runs in child processes (this test binary re-executed with a run spec in the
+//! environment): the backend RNG is process-global, so runs must not share a process, and an
+//! abort must kill a whole process, in-flight saves included.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use burn::module::Module;
+use burn::tensor::Device;
+use burn_ckpt::ckpt_burn::{
+    self as cb, Error, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState,
+    demo::{self, DemoConfig, Frequency, Mlp, SaveMode},
+};
+use burn_ckpt::ckpt_core::{self, Engine, EngineConfig, Snapshot};
+
+const CHILD: &str = "BURN_CKPT_TRAIN_CHILD";
+const FILES: [&str; 4] = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE];
+
+/// Small, fast settings: 100 samples in batches of 8 (an epoch is 12.5 batches, so epochs and
+/// saves never line up), dropout on.
+fn small_config(kv: &HashMap<String, String>) -> DemoConfig {
+    let mut cfg = DemoConfig::new(&kv["dir"]);
+    cfg.hidden = 32;
+    cfg.layers = 2;
+    cfg.batch_size = 8;
+    cfg.dataset_size = 100;
+    cfg.dropout = 0.2;
+    cfg.keep_last = None;
+    cfg.steps = kv["steps"].parse().unwrap();
+    cfg.frequency = Frequency::EverySteps(kv.get("save_every").map_or(6, |v| v.parse().unwrap()));
+    cfg.seed = kv.get("seed").map_or(7, |v| v.parse().unwrap());
+    cfg.resume = kv.contains_key("resume");
+    cfg.init_from = kv.get("init_from").map(PathBuf::from);
+    cfg.abort_at_step = kv.get("abort_at").map(|v| v.parse().unwrap());
+    cfg.save_mode = match kv.get("mode").map(String::as_str) {
+        Some("sync") => SaveMode::Sync,
+        Some("burn") => SaveMode::Burn,
+        _ => SaveMode::Async,
+    };
+    cfg
+}
+
+/// The child side: runs one training when the spec is in the environment, else does nothing.
+#[test]
+fn child_entry() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let kv: HashMap<String, String> = spec
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Some(ms) = kv.get("slow_persist_ms") {
+        fail::cfg(ckpt_core::failpoints::RENAME, &format!("sleep({ms})")).unwrap();
+    }
+    let cfg = small_config(&kv);
+    match demo::run(&cfg, &mut |_| {}) {
+        Ok(report) => {
+            let json = serde_json::to_string(&report).unwrap();
+            std::fs::write(Path::new(&kv["dir"]).join("report.json"), json).unwrap();
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("TRAIN-ERROR: {e}");
+            std::process::exit(3)
+        }
+    }
+}
+
+fn train(dir: &Path, spec: &[(&str, String)]) -> Output {
+    let mut s = format!("dir={}\n", dir.display());
+    for (k, v) in spec {
+        s.push_str(&format!("{k}={v}\n"));
+    }
+    Command::new(std::env::current_exe().unwrap())
+        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, s)
+        .output()
+        .unwrap()
+}
+
+fn train_ok(dir: &Path, spec: &[(&str, String)]) -> serde_json::Value {
+    let out = train(dir, spec);
+    assert!(
+        out.status.success(),
+        "training failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+}
+
+fn step_dir(root: &Path, step: u64) -> PathBuf {
+    root.join(ckpt_core::checkpoint_dir_name(step))
+}
+
+fn assert_same_files(a: &Path, b: &Path) {
+    for f in FILES {
+        let (x, y) = (
+            std::fs::read(a.join(f)).unwrap(),
+            std::fs::read(b.join(f)).unwrap(),
+        );
+        assert!(
+            x == y,
+            "{f} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
+    }
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+#[test]
+fn exact_resume_after_aborts_matches_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let steps = 40u64;
+    let base = tmp.path().join("uninterrupted");
+    train_ok(&base, &[("steps", s(steps))]);
+    // Training moves the state, so byte identity below is not trivially true.
+    assert_ne!(
+        std::fs::read(step_dir(&base, 36).join(MODEL_FILE)).unwrap(),
+        std::fs::read(step_dir(&base, steps).join(MODEL_FILE)).unwrap()
+    );
+
+    // Each chain aborts the run at one or more steps (a real `abort()`), then resumes to the
+    // end. Phases: (abort step, save mode, slow persist ms, step the phase must resume from;
+    // None where a fast async persist makes it racy).
+    type Phase = (Option<u64>, &'static str, Option<u64>, Option<u64>);
+    let chains: Vec<(&str, Vec<Phase>)> = vec![
+        // Mid-epoch, between saves.
+        (
+            "mid-epoch",
+            vec![
+                (Some(9), "sync", None, None),
+                (None, "async", None, Some(6)),
+            ],
+        ),
+        // Twice: first mid-epoch 1 (after 6 and 12 are durable), then right after step 18's
+        // save was submitted, while it is still in flight (it never publishes).
+        (
+            "in-flight",
+            vec![
+                (Some(13), "sync", None, None),
+                (Some(18), "async", Some(400), Some(12)),
+                (None, "async", None, Some(12)),
+            ],
+        ),
+        // Just after an epoch boundary, async all along: whatever was durable is resumed from.
+        (
+            "async",
+            vec![(Some(27), "async", None, None), (None, "async", None, None)],
+        ),
+    ];
+    for (name, phases) in chains {
+        let dir = tmp.path().join(name);
+        let mut from_seen = 0;
+        for (i, (abort_at, mode, slow, from)) in phases.into_iter().enumerate() {
+            let mut spec = vec![("steps", s(steps)), ("mode", s(mode))];
+            if i > 0 {
+                spec.push(("resume", s(1)));
+            }
+            if let Some(ms) = slow {
+                spec.push(("slow_persist_ms", s(ms)));
+            }
+            let _ = std::fs::remove_file(dir.join("report.json"));
+            match abort_at {
+                Some(k) => {
+                    spec.push(("abort_at", s(k)));
+                    let out = train(&dir, &spec);
+                    assert!(
+                        !out.status.success(),
+                        "{name}: the run did not abort at {k}"
+                    );
+                    assert!(!dir.join("report.json").exists());
+                    if slow.is_some() {
+                        assert!(
+                            !step_dir(&dir, k).exists(),
+                            "{name}: the save at {k} should have died in flight"
+                        );
+                    }
+                }
+                None => {
+                    let report = train_ok(&dir, &spec);
+                    from_seen = report["start_step"].as_u64().unwrap();
+                    if let Some(f) = from {
+                        assert_eq!(from_seen, f, "{name}: resumed from the wrong step");
+                    }
+                }
+            }
+        }
+        assert_same_files(&step_dir(&base, steps), &step_dir(&dir, steps));
+        // Every checkpoint written after the resume matches too.
+        for st in (from_seen + 1..steps).filter(|st| st % 6 == 0) {
+            assert_same_files(&step_dir(&base, st), &step_dir(&dir, st));
+        }
+    }
+}
+
+#[test]
+fn resume_with_a_different_seed_diverges() {
+    // The guard for the test above: a different seed gives different bytes.
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    train_ok(&a, &[("steps", s(12))]);
+    train_ok(&b, &[("steps", s(12)), ("seed", s(8))]);
+    let model = |d: &Path| std::fs::read(step_dir(d, 12).join(MODEL_FILE)).unwrap();
+    assert_ne!(model(&a), model(&b));
+}
+
+#[test]
+fn async_and_sync_write_identical_bytes_from_the_same_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let init_root = tmp.path().join("init");
+    train_ok(&init_root, &[("steps", s(6)), ("seed", s(99))]);
+    let init = step_dir(&init_root, 6);
+    let a = tmp.path().join("async");
+    let b = tmp.path().join("sync");
+    // The async run's persists are slowed down, so the trainer runs many steps past each
+    // snapshot before its records are encoded: the bytes must still be those of the step.
+    let ra = train_ok(
+        &a,
+        &[
+            ("steps", s(18)),
+            ("init_from", s(init.display())),
+            ("slow_persist_ms", s(60)),
+        ],
+    );
+    let rb = train_ok(
+        &b,
+        &[
+            ("steps", s(18)),
+            ("init_from", s(init.display())),
+            ("mode", s("sync")),
+        ],
+    );
+    for st in [6, 12, 18] {
+        assert_same_files(&step_dir(&a, st), &step_dir(&b, st));
+    }
+    assert_eq!(ra["saves"].as_array().unwrap().len(), 3);
+    assert_eq!(rb["saves"].as_array().unwrap().len(), 3);
+    // --init-from took the model, ParamIds included: a run without it differs.
+    let c = tmp.path().join("plain");
+    train_ok(&c, &[("steps", s(6))]);
+    assert_ne!(
+        std::fs::read(step_dir(&a, 6).join(MODEL_FILE)).unwrap(),
+        std::fs::read(step_dir(&c, 6).join(MODEL_FILE)).unwrap()
+    );
+}
+
+#[test]
+fn files_equal_burns_own_checkpointer_and_load_in_stock_burn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = tmp.path().join("ours");
+    let theirs = tmp.path().join("burn");
+    train_ok(&ours, &[("steps", s(12))]);
+    let rb = train_ok(&theirs, &[("steps", s(12)), ("mode", s("burn"))]);
+    assert_eq!(rb["saves"].as_array().unwrap().len(), 2);
+    for st in [6u64, 12] {
+        let d = step_dir(&ours, st);
+        for (ours_f, burn_name) in [
+            (MODEL_FILE, "model"),
+            (OPTIM_FILE, "optim"),
+            (SCHEDULER_FILE, "scheduler"),
+        ] {
+            let burn_f = theirs
+                .join("checkpoint")
+                .join(format!("{burn_name}-{st}.bpk"));
+            let mut theirs_bytes = std::fs::read(&burn_f).unwrap();
+            if ours_f == OPTIM_FILE {
+                // Burn's layout follows HashMap order; compare in the canonical layout.
+                theirs_bytes = cb::canonicalize_optimizer_bytes(theirs_bytes).unwrap();
+            }
+            assert!(
+                std::fs::read(d.join(ours_f)).unwrap() == theirs_bytes,
+                "{ours_f} at step {st} differs from Burn's {}",
+                burn_f.display()
+            );
+        }
+    }
+    // Stock Burn loads every file.
+    let d = step_dir(&ours, 12);
+    let device = Device::flex().autodiff();
+    let record = burn::store::ModuleRecord::load(d.join(MODEL_FILE)).unwrap();
+    Mlp::new(32, 2, 0.2, &device)
+        .try_load_record(record)
+        .unwrap();
+    burn::optim::OptimizerRecord::load(d.join(OPTIM_FILE)).unwrap();
+    let sched = burn::optim::lr_scheduler::LrSchedulerRecord::load(d.join(SCHEDULER_FILE)).unwrap();
+    assert!(!sched.is_empty());
+}
+
+#[test]
+fn model_bpk_equals_module_record_save() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let model = cb::assign_param_ids(Mlp::new(24, 3, 0.1, &device), 5);
+    let ours = cb::encode_model(model.clone()).unwrap();
+    let path = tmp.path().join("model.bpk");
+    model.clone().into_record().save(&path).unwrap();
+    assert_eq!(ours, std::fs::read(&path).unwrap());
+    // ParamIds are a function of the seed: the same seed gives the same bytes.
+    let again = cb::assign_param_ids(model, 5);
+    assert_eq!(ours, cb::encode_model(again.clone()).unwrap());
+    assert_ne!(
+        ours,
+        cb::encode_model(cb::assign_param_ids(again, 6)).unwrap()
+    );
+}
+
+/// Publishes a checkpoint whose parts are `parts` (name, bytes) under a new root.
+fn publish(root: &Path, step: u64, parts: Vec<(&str, Vec<u8>)>) -> PathBuf {
+    let (mut engine, _) = Engine::open(EngineConfig::new(root)).unwrap();
+    let mut snap = Snapshot::new(step);
+    for (n, b) in parts {
+        snap = snap.with_bytes(n, b);
+    }
+    engine.submit(snap).unwrap();
+    engine.finish().unwrap();
+    step_dir(root, step)
+}
+
+#[test]
+fn bad_input_gives_typed_errors_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train_ok(&run, &[("steps", s(6))]);
+    let good = step_dir(&run, 6);
+    let read = |f: &str| std::fs::read(good.join(f)).unwrap();
+    let device = Device::flex().autodiff();
+    let fresh = || {
+        (
+            Mlp::new(32, 2, 0.2, &device),
+            burn::optim::AdamWConfig::new().init(),
+            burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig::new(1e-3, 10)
+                .init()
+                .unwrap(),
+        )
+    };
+
+    // The good checkpoint restores.
+    let (m, o, sc) = fresh();
+    let r = cb::restore(&good, m, o, sc).unwrap();
+    assert_eq!(r.trainer.step, 6);
+
+    // Wrong shapes: the error names the file, the tensor path and both shapes.
+    let e = cb::load_model(&good, Mlp::new(16, 2, 0.2, &device)).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::ModelMismatch { .. }), "{msg}");
+    assert!(msg.contains("model.bpk"), "{msg}");
+    assert!(msg.contains("layers.0.weight"), "{msg}");
+    assert!(
+        msg.contains("[16, 16]") && msg.contains("[16, 32]"),
+        "{msg}"
+    );
+
+    // Missing file.
+    let missing = tmp.path().join("missing");
+    copy_dir(&good, &missing);
+    std::fs::remove_file(missing.join(OPTIM_FILE)).unwrap();
+    let (m, o, sc) = fresh();
+    let e = cb::restore(&missing, m, o, sc).unwrap_err();
+    assert!(
+        matches!(e, Error::Core(ckpt_core::Error::Corrupt { .. })),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains(&missing.join(OPTIM_FILE).display().to_string()),
+        "{e}"
+    );
+
+    // Corrupted file (one byte flipped).
+    let corrupt = tmp.path().join("corrupt");
+    copy_dir(&good, &corrupt);
+    let mut bytes = read(MODEL_FILE);
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(corrupt.join(MODEL_FILE), bytes).unwrap();
+    let e = cb::load_model(&corrupt, fresh().0).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&corrupt.join(MODEL_FILE).display().to_string()),
+        "{e}"
+    );
+
+    // Garbage under a valid manifest: decoding fails, typed, naming the file.
+    let dir = publish(
+        &tmp.path().join("garbage"),
+        6,
+        vec![
+            (MODEL_FILE, b"not a burnpack".to_vec()),
+            (OPTIM_FILE, b"nope".to_vec()),
+            (SCHEDULER_FILE, read(SCHEDULER_FILE)),
+            (TRAINER_FILE, read(TRAINER_FILE)),
+        ],
+    );
+    let e = cb::load_model(&dir, fresh().0).unwrap_err();
+    assert!(matches!(e, Error::Record { .. }), "{e}");
+    assert!(e.to_string().contains("model.bpk"), "{e}");
+    let Err(e) = cb::load_optimizer(&dir, fresh().1) else {
+        panic!("a garbage optim.bpk loaded");
+    };
+    assert!(e.to_string().contains("optim.bpk"), "{e}");
+
+    // A newer trainer.bin is refused with a clear error naming it.
+    let mut newer = read(TRAINER_FILE);
+    newer[4..8].copy_from_slice(&(cb::TRAINER_STATE_VERSION + 1).to_le_bytes());
+    let dir = publish(
+        &tmp.path().join("newer"),
+        6,
+        FILES
+            .iter()
+            .map(|f| {
+                (
+                    *f,
+                    if *f == TRAINER_FILE {
+                        newer.clone()
+                    } else {
+                        read(f)
+                    },
+                )
+            })
+            .collect(),
+    );
+    let (m, o, sc) = fresh();
+    let e = cb::restore(&dir, m, o, sc).unwrap_err();
+    assert!(
+        matches!(e, Error::NewerTrainerState { found, .. } if found == cb::TRAINER_STATE_VERSION + 1),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains(&dir.join(TRAINER_FILE).display().to_string()),
+        "{e}"
+    );
+    assert!(TrainerState::from_bytes(&read(TRAINER_FILE), Path::new("t")).is_ok());
+
+    // The trainer refuses a bad --init-from with a one-line error naming the path.
+    let out = train(
+        &tmp.path().join("bad-init"),
+        &[
+            ("steps", s(3)),
+            ("init_from", s(tmp.path().join("nowhere").display())),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("TRAIN-ERROR")).unwrap();
+    assert!(line.contains("nowhere"), "{line}");
+}
+
+#[test]
+fn resume_skips_a_corrupted_latest_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    train_ok(&base, &[("steps", s(24))]);
+    let dir = tmp.path().join("run");
+    train_ok(&dir, &[("steps", s(18))]);
+    // Corrupt the newest checkpoint: the resume falls back to step 12 and still matches.
+    let f = step_dir(&dir, 18).join(OPTIM_FILE);
+    let mut b = std::fs::read(&f).unwrap();
+    let n = b.len() - 1;
+    b[n] ^= 1;
+    std::fs::write(&f, b).unwrap();
+    let r = train_ok(&dir, &[("steps", s(24)), ("resume", s(1))]);
+    assert_eq!(r["start_step"], 12);
+    assert_same_files(&step_dir(&base, 24), &step_dir(&dir, 24));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
