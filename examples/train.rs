@@ -178,7 +178,17 @@ fn main() -> ExitCode {
     match main_inner() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line; skip causes already contained in the message before them.
+            let mut line = String::new();
+            for cause in e.chain().map(|c| c.to_string()) {
+                if !line.ends_with(&cause) {
+                    if !line.is_empty() {
+                        line.push_str(": ");
+                    }
+                    line.push_str(&cause);
+                }
+            }
+            eprintln!("error: {line}");
             ExitCode::FAILURE
         }
     }
