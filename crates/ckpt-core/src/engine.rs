@@ -265,10 +265,10 @@ impl Engine {
     }
 
     fn take_error(&mut self) -> Result<()> {
-        if let Some(i) = self.ready.iter().position(|r| r.is_err()) {
-            if let Some(Err(e)) = self.ready.remove(i) {
-                return Err(e);
-            }
+        if let Some(i) = self.ready.iter().position(|r| r.is_err())
+            && let Some(Err(e)) = self.ready.remove(i)
+        {
+            return Err(e);
         }
         Ok(())
     }
@@ -354,7 +354,7 @@ impl Engine {
             submitted: t0,
             blocked,
         };
-        let sent = self.jobs.as_ref().map(|j| j.send(job));
+        let sent = self.jobs.as_ref().map(|j| j.send(job).map_err(|_| ()));
         if !matches!(sent, Some(Ok(()))) {
             return Err(Error::WorkerGone("persist thread is not running".into()));
         }

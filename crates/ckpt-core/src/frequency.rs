@@ -151,7 +151,7 @@ impl FrequencyController {
         let start = *self.start_step.get_or_insert(step.saturating_sub(1));
         match self.policy {
             FrequencyPolicy::Never => false,
-            FrequencyPolicy::EverySteps(n) => n > 0 && step % n == 0,
+            FrequencyPolicy::EverySteps(n) => n > 0 && step.is_multiple_of(n),
             FrequencyPolicy::EverySeconds(s) => {
                 let since = self.last_save_at.unwrap_or(Duration::ZERO);
                 now.saturating_sub(since).as_secs_f64() >= s

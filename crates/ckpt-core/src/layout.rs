@@ -118,10 +118,10 @@ pub(crate) fn step_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut v = Vec::new();
     for ent in rd {
         let ent = ent.map_err(|e| Error::io(root, e))?;
-        if let Some(step) = ent.file_name().to_str().and_then(parse_step_dir) {
-            if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                v.push((step, ent.path()));
-            }
+        if let Some(step) = ent.file_name().to_str().and_then(parse_step_dir)
+            && ent.file_type().map(|t| t.is_dir()).unwrap_or(false)
+        {
+            v.push((step, ent.path()));
         }
     }
     v.sort();
@@ -142,16 +142,16 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(parse_step_dir);
-    if let Some(s) = expected {
-        if s != m.step {
-            return Err(Error::corrupt(
-                &path,
-                format!(
-                    "manifest says step {} but the directory is step {s}",
-                    m.step
-                ),
-            ));
-        }
+    if let Some(s) = expected
+        && s != m.step
+    {
+        return Err(Error::corrupt(
+            &path,
+            format!(
+                "manifest says step {} but the directory is step {s}",
+                m.step
+            ),
+        ));
     }
     Ok(m)
 }
@@ -243,14 +243,13 @@ pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
         return Err(Error::corrupt(bad.0, bad.1));
     }
     match read_latest(root)? {
-        Some(name) => {
-            if !list.iter().any(|c| c.latest) {
-                return Err(Error::corrupt(
-                    root.join(LATEST_FILE),
-                    format!("names {name:?}, which is not a published checkpoint"),
-                ));
-            }
+        Some(name) if !list.iter().any(|c| c.latest) => {
+            return Err(Error::corrupt(
+                root.join(LATEST_FILE),
+                format!("names {name:?}, which is not a published checkpoint"),
+            ));
         }
+        Some(_) => {}
         None if !list.is_empty() => {
             return Err(Error::corrupt(
                 root.join(LATEST_FILE),
@@ -450,7 +449,7 @@ impl Retention {
         valid[..cut]
             .iter()
             .copied()
-            .filter(|s| !self.keep_every.is_some_and(|k| s % k == 0))
+            .filter(|s| self.keep_every.is_none_or(|k| !s.is_multiple_of(k)))
             .collect()
     }
 }

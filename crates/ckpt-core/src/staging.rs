@@ -167,6 +167,8 @@ impl StagingPool {
                     budget,
                 });
             }
+            // `vec![0; n]` would come from calloc, whose pages fault lazily inside the copy.
+            #[allow(clippy::slow_vector_initialization)]
             let mut b = Vec::with_capacity(len);
             // Pre-fault: touching every page now keeps page faults out of the snapshot copy.
             b.resize(len, 0);
