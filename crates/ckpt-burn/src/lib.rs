@@ -7,6 +7,8 @@
 //!   order is a pure function of `(seed, epoch, shard)` and whose [`DataCursor`] is captured.
 //! - [`restore`] / [`restore_latest`]: load model, optimizer, scheduler and `trainer.bin` back,
 //!   with typed errors naming the file.
+//! - [`checkpointers`]: a drop-in for `SupervisedTraining::with_custom_checkpointers` that
+//!   publishes the three records of an epoch as one atomic checkpoint directory.
 //! - [`demo`]: the example trainer (MLP with dropout, AdamW, cosine LR) the `train` example and
 //!   the end-to-end tests run.
 //!
@@ -14,6 +16,7 @@
 //! `model.into_record().save(..)`), `optim.bpk`, `scheduler.bpk`, `trainer.bin`.
 
 mod capture;
+pub mod checkpointers;
 mod data;
 pub mod demo;
 mod error;

@@ -1,0 +1,342 @@
+//! A drop-in for Burn's `SupervisedTraining::with_custom_checkpointers`: the three records Burn
+//! hands over at a checkpoint (model, optimizer, LR scheduler) are joined by key and published
+//! through a [`ckpt_core::Engine`] as **one** atomic checkpoint directory with a manifest,
+//! instead of Burn's three independent files.
+//!
+//! ```no_run
+//! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
+//! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>)
+//! # -> Result<(), ckpt_burn::Error> {
+//! use ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
+//! use ckpt_core::EngineConfig;
+//!
+//! let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/demo/ckpt"))?;
+//! let (model_ckpt, optim_ckpt, sched_ckpt) = ckpt.checkpointers();
+//! let result = training
+//!     .with_custom_checkpointers(model_ckpt, optim_ckpt, sched_ckpt)
+//!     .with_checkpointing_strategy(AlwaysSave) // optional: Burn's default also saves every epoch
+//!     .launch(learner);
+//! ckpt.finish()?; // waits for the last checkpoint and returns any background error
+//! # Ok(()) }
+//! ```
+//!
+//! Behaviour:
+//! - Burn's `AsyncCheckpointer` calls the three checkpointers from three threads, each with the
+//!   record of one kind. The shared [`Collector`] keeps the records of a key until all three have
+//!   arrived, then submits one [`Snapshot`] (`step-<key:08>/{model,optim,scheduler}.bpk` plus
+//!   `manifest.json`). The records are encoded to burnpack on the engine's persist thread; the
+//!   checkpointer threads only hand them over.
+//! - The key is Burn's `epoch` argument. With [`Collector::set_epoch`] a caller that passes a
+//!   step as the key (see the step-level strategy) records the real epoch in the manifest.
+//! - `restore(key)` reads the part from `step-<key:08>`, verifying size and checksum against the
+//!   manifest, after waiting for in-flight saves.
+//! - `delete(key)` does nothing: retention is the engine's ([`EngineConfig::retention`]), which
+//!   runs only after a publication and never removes the newest valid checkpoint. Burn's
+//!   per-kind deletes could otherwise break the set.
+//! - Saving a key that is already published (training resumed from an earlier epoch and reached
+//!   it again) replaces the old directory, as Burn's file checkpointer overwrites its files.
+//! - Errors (encode, I/O, a background failure of an earlier save) are returned from `save` /
+//!   `restore`; Burn's `AsyncCheckpointer` then fails the training through its interrupter, and
+//!   they show in `LearningResult::error`.
+//!
+//! [`EngineConfig::retention`]: ckpt_core::EngineConfig
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::optim::OptimizerRecord;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::store::ModuleRecord;
+use burn::tensor::Bytes;
+use burn::train::checkpoint::{
+    Checkpoint, Checkpointer, CheckpointerError, CheckpointingAction, CheckpointingStrategy,
+};
+use burn::train::metric::store::EventStoreClient;
+use ckpt_core::{Engine, EngineConfig, RecoveryReport, Snapshot, Summary, checkpoint_dir_name};
+
+use crate::{MODEL_FILE, OPTIM_FILE, Result, SCHEDULER_FILE};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn unknown(e: impl std::fmt::Display) -> CheckpointerError {
+    CheckpointerError::Unknown(e.to_string())
+}
+
+#[derive(Default)]
+struct Pending {
+    model: Option<ModuleRecord>,
+    optim: Option<OptimizerRecord>,
+    scheduler: Option<LrSchedulerRecord>,
+}
+
+/// Which record a checkpointer handles.
+enum Record {
+    Model(ModuleRecord),
+    Optim(OptimizerRecord),
+    Scheduler(LrSchedulerRecord),
+}
+
+/// Joins the three records of one key and publishes them as one checkpoint. Shared by the three
+/// checkpointers of [`CkptCheckpointers`].
+pub struct Collector {
+    root: PathBuf,
+    engine: Mutex<Option<Engine>>,
+    pending: Mutex<BTreeMap<usize, Pending>>,
+    /// `u64::MAX`: the key is the epoch.
+    epoch: AtomicU64,
+}
+
+impl std::fmt::Debug for Collector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collector")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl Collector {
+    fn new(engine: Engine) -> Self {
+        Self {
+            root: engine.root().to_path_buf(),
+            engine: Mutex::new(Some(engine)),
+            pending: Mutex::new(BTreeMap::new()),
+            epoch: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The checkpoint root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Records `epoch` as the epoch of the following checkpoints (for callers whose key is a
+    /// step, not an epoch). Without it the key is recorded as the epoch.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::SeqCst);
+    }
+
+    fn add(&self, key: usize, record: Record) -> std::result::Result<(), CheckpointerError> {
+        let complete = {
+            let mut pending = lock(&self.pending);
+            let slot = pending.entry(key).or_default();
+            let dup = match record {
+                Record::Model(r) => slot.model.replace(r).is_some(),
+                Record::Optim(r) => slot.optim.replace(r).is_some(),
+                Record::Scheduler(r) => slot.scheduler.replace(r).is_some(),
+            };
+            if dup {
+                tracing::warn!(
+                    key,
+                    "a record for this checkpoint arrived twice; keeping the newer one"
+                );
+            }
+            if slot.model.is_some() && slot.optim.is_some() && slot.scheduler.is_some() {
+                pending.remove(&key)
+            } else {
+                None
+            }
+        };
+        match complete {
+            Some(Pending {
+                model: Some(model),
+                optim: Some(optim),
+                scheduler: Some(scheduler),
+            }) => self.publish(key, model, optim, scheduler),
+            _ => Ok(()),
+        }
+    }
+
+    fn publish(
+        &self,
+        key: usize,
+        model: ModuleRecord,
+        optim: OptimizerRecord,
+        scheduler: LrSchedulerRecord,
+    ) -> std::result::Result<(), CheckpointerError> {
+        let step = key as u64;
+        let epoch = match self.epoch.load(Ordering::SeqCst) {
+            u64::MAX => step,
+            e => e,
+        };
+        let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
+            sink.write_all(&model.into_bytes()?)?;
+            Ok(())
+        };
+        // Burn lays optimizer tensors out in HashMap order; decode and re-encode for the
+        // canonical (name-sorted) layout the rest of this crate writes.
+        let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
+            let bytes = OptimizerRecord::from_bytes(optim.into_bytes()?)?.into_bytes()?;
+            sink.write_all(&bytes)?;
+            Ok(())
+        };
+        let sched_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
+            sink.write_all(&scheduler.into_bytes()?)?;
+            Ok(())
+        };
+        let snapshot = Snapshot::new(step)
+            .with_epoch(epoch)
+            .with_meta("source", "burn-learning-checkpointer")
+            .with_producer(MODEL_FILE, model_part)
+            .with_producer(OPTIM_FILE, optim_part)
+            .with_producer(SCHEDULER_FILE, sched_part);
+        let mut guard = lock(&self.engine);
+        let engine = guard
+            .as_mut()
+            .ok_or_else(|| unknown("checkpoint engine already finished"))?;
+        let target = self.root.join(checkpoint_dir_name(step));
+        if target.exists() {
+            // Resumed from an earlier key and reached this one again: replace it.
+            engine.wait_idle().map_err(unknown)?;
+            let doomed = self
+                .root
+                .join(format!(".tmp-replaced-{}", checkpoint_dir_name(step)));
+            let _ = std::fs::remove_dir_all(&doomed);
+            std::fs::rename(&target, &doomed).map_err(CheckpointerError::IOError)?;
+            std::fs::remove_dir_all(&doomed).map_err(CheckpointerError::IOError)?;
+        }
+        engine.submit(snapshot).map_err(unknown)?;
+        Ok(())
+    }
+
+    fn read(&self, key: usize, part: &str) -> std::result::Result<Bytes, CheckpointerError> {
+        if let Some(engine) = lock(&self.engine).as_mut() {
+            engine.wait_idle().map_err(unknown)?;
+        }
+        let dir = self.root.join(checkpoint_dir_name(key as u64));
+        let bytes = ckpt_core::read_part(&dir, part).map_err(unknown)?;
+        Ok(Bytes::from_bytes_vec(bytes))
+    }
+
+    fn finish(&self) -> Result<Summary> {
+        let engine = lock(&self.engine).take();
+        let dropped = std::mem::take(&mut *lock(&self.pending));
+        if !dropped.is_empty() {
+            tracing::warn!(
+                keys = ?dropped.keys().collect::<Vec<_>>(),
+                "incomplete checkpoint record sets dropped at finish"
+            );
+        }
+        match engine {
+            Some(e) => Ok(e.finish()?),
+            None => Ok(Summary::default()),
+        }
+    }
+}
+
+/// The handle that owns the shared [`Collector`] and hands out the three checkpointers.
+#[derive(Debug, Clone)]
+pub struct CkptCheckpointers {
+    collector: Arc<Collector>,
+}
+
+impl CkptCheckpointers {
+    /// Opens a [`ckpt_core::Engine`] on `config.root` (writer lock, start-up recovery).
+    pub fn open(config: EngineConfig) -> Result<Self> {
+        Ok(Self::open_with_report(config)?.0)
+    }
+
+    /// Like [`Self::open`], also returning the start-up recovery report.
+    pub fn open_with_report(config: EngineConfig) -> Result<(Self, RecoveryReport)> {
+        let (engine, report) = Engine::open(config)?;
+        Ok((Self::from_engine(engine), report))
+    }
+
+    /// Uses an engine that is already open.
+    pub fn from_engine(engine: Engine) -> Self {
+        Self {
+            collector: Arc::new(Collector::new(engine)),
+        }
+    }
+
+    /// The shared collector.
+    pub fn collector(&self) -> &Arc<Collector> {
+        &self.collector
+    }
+
+    /// The three checkpointers for `SupervisedTraining::with_custom_checkpointers`.
+    pub fn checkpointers(&self) -> (ModelCheckpointer, OptimCheckpointer, SchedulerCheckpointer) {
+        (
+            ModelCheckpointer(self.collector.clone()),
+            OptimCheckpointer(self.collector.clone()),
+            SchedulerCheckpointer(self.collector.clone()),
+        )
+    }
+
+    /// Waits for every submitted checkpoint to be published and stops the engine (releasing
+    /// the root's lock). Returns the first background error, if any. Call it after `launch`
+    /// returned (Burn's checkpointer threads have handed everything over by then).
+    pub fn finish(&self) -> Result<Summary> {
+        self.collector.finish()
+    }
+}
+
+macro_rules! checkpointer {
+    ($name:ident, $rec:ty, $variant:ident, $file:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Debug, Clone)]
+        pub struct $name(Arc<Collector>);
+
+        impl Checkpointer<$rec> for $name {
+            fn save(
+                &self,
+                epoch: usize,
+                record: $rec,
+            ) -> std::result::Result<(), CheckpointerError> {
+                self.0.add(epoch, Record::$variant(record))
+            }
+            fn delete(&self, _epoch: usize) -> std::result::Result<(), CheckpointerError> {
+                Ok(())
+            }
+            fn restore(&self, epoch: usize) -> std::result::Result<$rec, CheckpointerError> {
+                let bytes = self.0.read(epoch, $file)?;
+                <$rec as Checkpoint>::checkpoint_from_bytes(bytes)
+                    .map_err(CheckpointerError::Record)
+            }
+        }
+    };
+}
+
+checkpointer!(
+    ModelCheckpointer,
+    ModuleRecord,
+    Model,
+    MODEL_FILE,
+    "Checkpointer of the model record (`model.bpk`)."
+);
+checkpointer!(
+    OptimCheckpointer,
+    OptimizerRecord,
+    Optim,
+    OPTIM_FILE,
+    "Checkpointer of the optimizer record (`optim.bpk`)."
+);
+checkpointer!(
+    SchedulerCheckpointer,
+    LrSchedulerRecord,
+    Scheduler,
+    SCHEDULER_FILE,
+    "Checkpointer of the LR-scheduler record (`scheduler.bpk`)."
+);
+
+/// A `CheckpointingStrategy` that saves at every call and never deletes (retention belongs to
+/// the engine). Burn's default strategy also saves every epoch, but additionally asks to delete
+/// old epochs, which these checkpointers ignore.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlwaysSave;
+
+impl CheckpointingStrategy for AlwaysSave {
+    fn checkpointing(
+        &mut self,
+        _epoch: usize,
+        _store: &EventStoreClient,
+    ) -> Vec<CheckpointingAction> {
+        vec![CheckpointingAction::Save]
+    }
+}

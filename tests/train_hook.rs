@@ -1,0 +1,216 @@
+//! The learner hook: a real `SupervisedTraining::..launch(learner)` with
+//! `with_custom_checkpointers(..)` from `ckpt_burn::checkpointers` publishes one atomic,
+//! verifiable checkpoint directory per epoch whose files load with stock Burn, and Burn's own
+//! resume path (`.checkpoint(epoch)`) reads them back through the same checkpointers.
+//!
+//! Burn is built without its `tui` feature, so `launch` uses the plain CLI renderer and needs no
+//! terminal.
+
+use std::path::Path;
+
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::module::Module;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::optim::{AdamWConfig, OptimizerRecord};
+use burn::store::ModuleRecord;
+use burn::tensor::{Device, Tensor};
+use burn::train::{
+    InferenceStep, Learner, LearningResult, RegressionOutput, SupervisedTraining, TrainOutput,
+    TrainStep, metric::LossMetric,
+};
+use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
+use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
+use burn_ckpt::ckpt_core::{self, EngineConfig, checkpoint_dir_name};
+
+#[derive(Module, Debug)]
+struct Tiny {
+    l1: Linear,
+    act: Relu,
+    l2: Linear,
+}
+
+#[derive(Clone, Debug)]
+struct Sample {
+    x: [f32; 4],
+    y: f32,
+}
+
+#[derive(Clone, Debug)]
+struct Batch {
+    x: Tensor<2>,
+    y: Tensor<2>,
+}
+
+#[derive(Clone, Debug)]
+struct TinyBatcher;
+
+impl Batcher<Sample, Batch> for TinyBatcher {
+    fn batch(&self, items: Vec<Sample>, device: &Device) -> Batch {
+        let n = items.len();
+        let xs: Vec<f32> = items.iter().flat_map(|s| s.x).collect();
+        let ys: Vec<f32> = items.iter().map(|s| s.y).collect();
+        Batch {
+            x: Tensor::<1>::from_floats(xs.as_slice(), device).reshape([n, 4]),
+            y: Tensor::<1>::from_floats(ys.as_slice(), device).reshape([n, 1]),
+        }
+    }
+}
+
+impl Tiny {
+    fn new(device: &Device) -> Self {
+        Self {
+            l1: LinearConfig::new(4, 8).init(device),
+            act: Relu::new(),
+            l2: LinearConfig::new(8, 1).init(device),
+        }
+    }
+    fn regress(&self, b: Batch) -> RegressionOutput {
+        let out = self.l2.forward(self.act.forward(self.l1.forward(b.x)));
+        let loss = MseLoss::new().forward(out.clone(), b.y.clone(), Reduction::Mean);
+        RegressionOutput::new(loss, out, b.y)
+    }
+}
+
+impl TrainStep for Tiny {
+    type Input = Batch;
+    type Output = RegressionOutput;
+    fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
+        let o = self.regress(b);
+        TrainOutput::new(self, o.loss.backward(), o)
+    }
+}
+
+impl InferenceStep for Tiny {
+    type Input = Batch;
+    type Output = RegressionOutput;
+    fn step(&self, b: Batch) -> RegressionOutput {
+        self.regress(b)
+    }
+}
+
+fn data() -> Vec<Sample> {
+    (0..64)
+        .map(|i| {
+            let v = i as f32 / 64.0;
+            Sample {
+                x: [v, 1.0 - v, v * v, 0.5],
+                y: 2.0 * v - 0.3,
+            }
+        })
+        .collect()
+}
+
+fn learner(device: &Device) -> Learner<Tiny> {
+    let scheduler = CosineAnnealingLrSchedulerConfig::new(1e-2, 100)
+        .init()
+        .unwrap();
+    Learner::new(Tiny::new(device), AdamWConfig::new().init(), scheduler)
+}
+
+/// One `launch` through the ckpt checkpointers; returns the result after `finish`.
+fn train(dir: &Path, epochs: usize, resume: Option<usize>) -> LearningResult<Tiny> {
+    let device = Device::flex().autodiff();
+    let train = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .shuffle(3)
+        .build(InMemDataset::new(data()));
+    let valid = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(data()));
+
+    // The lines a user adds:
+    let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
+    let (model_ckpt, optim_ckpt, sched_ckpt) = ckpt.checkpointers();
+    let mut training = SupervisedTraining::new(dir.join("burn"), train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .with_custom_checkpointers(model_ckpt, optim_ckpt, sched_ckpt)
+        .with_checkpointing_strategy(AlwaysSave)
+        .with_application_logger(None)
+        .num_epochs(epochs);
+    if let Some(epoch) = resume {
+        training = training.checkpoint(epoch);
+    }
+    let result = training.launch(learner(&device));
+    ckpt.finish().unwrap();
+    result
+}
+
+fn assert_published(root: &Path, epoch: u64) {
+    let dir = root.join(checkpoint_dir_name(epoch));
+    let manifest = ckpt_core::verify_checkpoint(&dir).unwrap();
+    assert_eq!(manifest.step, epoch);
+    assert_eq!(manifest.epoch, epoch);
+    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+        assert!(manifest.file(f).is_some(), "{f} not in the manifest");
+    }
+    // Stock Burn loads each file.
+    let model = ModuleRecord::load(dir.join(MODEL_FILE)).unwrap();
+    Tiny::new(&Device::flex()).load_record(model);
+    OptimizerRecord::load(dir.join(OPTIM_FILE)).unwrap();
+    LrSchedulerRecord::load(dir.join(SCHEDULER_FILE)).unwrap();
+}
+
+#[test]
+fn custom_checkpointers_publish_one_atomic_dir_per_epoch_and_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ckpt");
+
+    let result = train(tmp.path(), 2, None);
+    assert!(
+        result.error.is_none(),
+        "training failed: {:?}",
+        result.error
+    );
+    let list = ckpt_core::list_checkpoints(&root, true).unwrap();
+    let steps: Vec<u64> = list.iter().map(|c| c.step).collect();
+    assert_eq!(steps, vec![1, 2]);
+    assert_published(&root, 1);
+    assert_published(&root, 2);
+    assert_eq!(
+        ckpt_core::read_latest(&root).unwrap().as_deref(),
+        Some("step-00000002")
+    );
+    let model_2 = std::fs::read(root.join("step-00000002").join(MODEL_FILE)).unwrap();
+    let trained_2 = result.model.into_record().into_bytes().unwrap();
+    let sched_2 = std::fs::read(root.join("step-00000002").join(SCHEDULER_FILE)).unwrap();
+
+    // Resume from epoch 1 through the same checkpointers: Burn restores the three records
+    // from step-00000001 and trains epoch 2 again, which replaces step-00000002.
+    let resumed = train(tmp.path(), 2, Some(1));
+    assert!(
+        resumed.error.is_none(),
+        "resume failed: {:?}",
+        resumed.error
+    );
+    assert_published(&root, 1);
+    assert_published(&root, 2);
+    let list = ckpt_core::list_checkpoints(&root, true).unwrap();
+    assert_eq!(list.iter().map(|c| c.step).collect::<Vec<_>>(), vec![1, 2]);
+    // The final model of the first run is what its epoch-2 checkpoint holds.
+    assert_eq!(model_2, trained_2.to_vec());
+    // The resumed run restored the scheduler at epoch 1 (4 steps) and stepped it 4 more times:
+    // the same scheduler state as the uninterrupted run. A fresh scheduler would be at 4.
+    let resumed_sched_2 = std::fs::read(root.join("step-00000002").join(SCHEDULER_FILE)).unwrap();
+    assert_eq!(resumed_sched_2, sched_2);
+    let sched_1 = std::fs::read(root.join("step-00000001").join(SCHEDULER_FILE)).unwrap();
+    assert_ne!(sched_1, sched_2);
+}
+
+#[test]
+fn restore_of_a_missing_checkpoint_is_an_error_naming_the_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = CkptCheckpointers::open(EngineConfig::new(tmp.path().join("ckpt"))).unwrap();
+    let (model_ckpt, _, _) = ckpt.checkpointers();
+    let Err(err) = burn::train::checkpoint::Checkpointer::<ModuleRecord>::restore(&model_ckpt, 5)
+    else {
+        panic!("restore of a missing checkpoint must fail");
+    };
+    assert!(err.to_string().contains("step-00000005"), "{err}");
+    ckpt.finish().unwrap();
+}
