@@ -1,7 +1,10 @@
-//! `ckpt`: list, verify and clean up burn-ckpt checkpoint roots.
+//! `ckpt`: list, verify, inspect, export and clean up burn-ckpt checkpoints.
 //!
 //! Exit status: 0 on success; 1 when something fails verification or an operation fails (one
 //! line on stderr naming the file and the reason); 2 on bad usage.
+
+mod export;
+mod inspect;
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +13,7 @@ use ckpt_core::{
     CheckpointStatus, MANIFEST_FILE, Retention, RootLock, garbage_collect, list_checkpoints,
     parse_step_dir, prune, read_latest, verify_checkpoint,
 };
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Inspect and maintain burn-ckpt checkpoint directories.
 #[derive(Parser)]
@@ -35,6 +38,28 @@ enum Cmd {
         /// A checkpoint root or one `step-*` directory.
         path: PathBuf,
     },
+    /// Show what one checkpoint holds: every file's tensors (name, dtype, shape, bytes),
+    /// scalars and metadata, and the trainer state (step, epoch, data cursor, seeds).
+    Inspect {
+        /// A checkpoint directory (`ROOT/step-*`).
+        ckpt: PathBuf,
+        /// Print JSON (with each tensor's first values) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a checkpoint's model tensors (and optionally its optimizer's) to another format.
+    Export {
+        /// A checkpoint directory (`ROOT/step-*`).
+        ckpt: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum)]
+        to: Format,
+        /// Output file.
+        out: PathBuf,
+        /// Also export the optimizer state, with names prefixed `optim.`.
+        #[arg(long)]
+        with_optim: bool,
+    },
     /// Remove stale in-flight data, quarantined and invalid checkpoints, and optionally apply
     /// retention. Refuses while a trainer holds the root.
     Gc {
@@ -46,11 +71,27 @@ enum Cmd {
     },
 }
 
+/// Export formats.
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// Hugging Face safetensors.
+    Safetensors,
+}
+
 fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Ls { root, json } => ls(&root, json),
         Cmd::Verify { path } => verify(&path),
+        Cmd::Inspect { ckpt, json } => inspect_cmd(&ckpt, json),
+        Cmd::Export {
+            ckpt,
+            to: Format::Safetensors,
+            out,
+            with_optim,
+        } => export::to_safetensors(&ckpt, &out, with_optim).map(|n| {
+            println!("wrote {n} tensors to {}", out.display());
+        }),
         Cmd::Gc { root, keep_last } => gc(&root, keep_last),
     };
     if let Err(e) = res {
@@ -62,6 +103,16 @@ fn main() {
 fn require_dir(p: &Path) -> Result<()> {
     if !p.is_dir() {
         bail!("{}: not a directory", p.display());
+    }
+    Ok(())
+}
+
+fn inspect_cmd(ckpt: &Path, json: bool) -> Result<()> {
+    let i = inspect::inspect(ckpt)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&inspect::to_json(&i))?);
+    } else {
+        print!("{}", inspect::to_text(&i));
     }
     Ok(())
 }
