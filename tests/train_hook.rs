@@ -24,8 +24,9 @@ use burn::train::{
     TrainStep, metric::LossMetric,
 };
 use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
+use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
-use burn_ckpt::ckpt_core::{self, EngineConfig, checkpoint_dir_name};
+use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
 
 #[derive(Module, Debug)]
 struct Tiny {
@@ -142,9 +143,13 @@ fn train(dir: &Path, epochs: usize, resume: Option<usize>) -> LearningResult<Tin
 }
 
 fn assert_published(root: &Path, epoch: u64) {
-    let dir = root.join(checkpoint_dir_name(epoch));
+    assert_step_published(root, epoch, epoch);
+}
+
+fn assert_step_published(root: &Path, step: u64, epoch: u64) {
+    let dir = root.join(checkpoint_dir_name(step));
     let manifest = ckpt_core::verify_checkpoint(&dir).unwrap();
-    assert_eq!(manifest.step, epoch);
+    assert_eq!(manifest.step, step);
     assert_eq!(manifest.epoch, epoch);
     for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
         assert!(manifest.file(f).is_some(), "{f} not in the manifest");
@@ -213,4 +218,100 @@ fn restore_of_a_missing_checkpoint_is_an_error_naming_the_dir() {
     };
     assert!(err.to_string().contains("step-00000005"), "{err}");
     ckpt.finish().unwrap();
+}
+
+/// One `launch` with the step-level strategy (unshuffled data, so a resume sees the same
+/// batches); 64 samples in batches of 16 are 4 optimizer steps per epoch.
+fn train_steps(
+    dir: &Path,
+    epochs: usize,
+    every: u64,
+    resume: Option<usize>,
+) -> LearningResult<Tiny> {
+    let device = Device::flex().autodiff();
+    let train = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(data()));
+    let valid = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(data()));
+
+    // The lines a user adds:
+    let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
+    let (model_ckpt, optim_ckpt, sched_ckpt) = ckpt.checkpointers();
+    let strategy =
+        CkptTrainingStrategy::new(device.clone(), &ckpt, FrequencyPolicy::EverySteps(every));
+    let mut training = SupervisedTraining::new(dir.join("burn"), train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .with_custom_checkpointers(model_ckpt, optim_ckpt, sched_ckpt)
+        .with_checkpointing_strategy(AlwaysSave)
+        .with_training_strategy(strategy.into_training_strategy())
+        .with_application_logger(None)
+        .num_epochs(epochs);
+    if let Some(step) = resume {
+        training = training.checkpoint(step);
+    }
+    let result = training.launch(learner(&device));
+    ckpt.finish().unwrap();
+    result
+}
+
+fn read(root: &Path, step: u64, file: &str) -> Vec<u8> {
+    std::fs::read(root.join(checkpoint_dir_name(step)).join(file)).unwrap()
+}
+
+#[test]
+fn strategy_checkpoints_at_step_boundaries_and_resumes_mid_epoch_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ckpt");
+
+    // Every 3 steps (3, 6) plus every epoch end (4, 8).
+    let result = train_steps(tmp.path(), 2, 3, None);
+    assert!(
+        result.error.is_none(),
+        "training failed: {:?}",
+        result.error
+    );
+    let list = ckpt_core::list_checkpoints(&root, true).unwrap();
+    assert_eq!(
+        list.iter().map(|c| c.step).collect::<Vec<_>>(),
+        vec![3, 4, 6, 8]
+    );
+    for (step, epoch) in [(3, 1), (4, 1), (6, 2), (8, 2)] {
+        assert_step_published(&root, step, epoch);
+    }
+    let m6 = ckpt_core::verify_checkpoint(&root.join(checkpoint_dir_name(6))).unwrap();
+    assert_eq!(m6.meta[META_EPOCH_COMPLETE], false);
+    let m8 = ckpt_core::verify_checkpoint(&root.join(checkpoint_dir_name(8))).unwrap();
+    assert_eq!(m8.meta[META_EPOCH_COMPLETE], true);
+    let model_8 = read(&root, 8, MODEL_FILE);
+    let optim_8 = read(&root, 8, OPTIM_FILE);
+    let sched_8 = read(&root, 8, SCHEDULER_FILE);
+    assert_eq!(
+        model_8,
+        result.model.into_record().into_bytes().unwrap().to_vec()
+    );
+
+    // As if the run had died during step 7: step-00000008 never got published.
+    std::fs::remove_dir_all(root.join(checkpoint_dir_name(8))).unwrap();
+
+    // Resume mid-epoch 2 from step 6: Burn restores the records through the checkpointers, the
+    // strategy skips the 2 batches of epoch 2 already trained and runs steps 7 and 8. The
+    // result equals the uninterrupted run bit for bit.
+    let resumed = train_steps(tmp.path(), 2, 3, Some(6));
+    assert!(
+        resumed.error.is_none(),
+        "resume failed: {:?}",
+        resumed.error
+    );
+    let list = ckpt_core::list_checkpoints(&root, true).unwrap();
+    assert_eq!(
+        list.iter().map(|c| c.step).collect::<Vec<_>>(),
+        vec![3, 4, 6, 8]
+    );
+    assert_step_published(&root, 8, 2);
+    assert_eq!(read(&root, 8, SCHEDULER_FILE), sched_8);
+    assert_eq!(read(&root, 8, OPTIM_FILE), optim_8);
+    assert_eq!(read(&root, 8, MODEL_FILE), model_8);
 }

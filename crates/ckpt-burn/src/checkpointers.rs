@@ -26,8 +26,9 @@
 //!   arrived, then submits one [`Snapshot`] (`step-<key:08>/{model,optim,scheduler}.bpk` plus
 //!   `manifest.json`). The records are encoded to burnpack on the engine's persist thread; the
 //!   checkpointer threads only hand them over.
-//! - The key is Burn's `epoch` argument. With [`Collector::set_epoch`] a caller that passes a
-//!   step as the key (see the step-level strategy) records the real epoch in the manifest.
+//! - The key is Burn's `epoch` argument. With [`Collector::annotate`] a caller that passes a
+//!   step as the key (the step-level [`crate::strategy::CkptTrainingStrategy`]) records the
+//!   real epoch and extra manifest entries for that key.
 //! - `restore(key)` reads the part from `step-<key:08>`, verifying size and checksum against the
 //!   manifest, after waiting for in-flight saves.
 //! - `delete(key)` does nothing: retention is the engine's ([`EngineConfig::retention`]), which
@@ -44,7 +45,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::optim::OptimizerRecord;
@@ -89,9 +89,11 @@ pub struct Collector {
     root: PathBuf,
     engine: Mutex<Option<Engine>>,
     pending: Mutex<BTreeMap<usize, Pending>>,
-    /// `u64::MAX`: the key is the epoch.
-    epoch: AtomicU64,
+    /// Per key: epoch and extra manifest entries (absent: the key is the epoch).
+    annotations: Mutex<BTreeMap<usize, Annotation>>,
 }
+
+type Annotation = (u64, BTreeMap<String, serde_json::Value>);
 
 impl std::fmt::Debug for Collector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,7 +109,7 @@ impl Collector {
             root: engine.root().to_path_buf(),
             engine: Mutex::new(Some(engine)),
             pending: Mutex::new(BTreeMap::new()),
-            epoch: AtomicU64::new(u64::MAX),
+            annotations: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -116,10 +118,32 @@ impl Collector {
         &self.root
     }
 
-    /// Records `epoch` as the epoch of the following checkpoints (for callers whose key is a
-    /// step, not an epoch). Without it the key is recorded as the epoch.
-    pub fn set_epoch(&self, epoch: u64) {
-        self.epoch.store(epoch, Ordering::SeqCst);
+    /// Records `epoch` and extra manifest entries for the checkpoint of `key` (for callers
+    /// whose key is a step, not an epoch). Call it before handing the records over. Without it
+    /// the key is recorded as the epoch.
+    pub fn annotate(&self, key: usize, epoch: u64, meta: BTreeMap<String, serde_json::Value>) {
+        lock(&self.annotations).insert(key, (epoch, meta));
+    }
+
+    /// Checkpoints queued or being written; `None` when the engine is busy accepting one (treat
+    /// as persisting) or finished.
+    pub fn in_flight(&self) -> Option<usize> {
+        match self.engine.try_lock() {
+            Ok(g) => g.as_ref().map(|e| e.in_flight()),
+            Err(_) => None,
+        }
+    }
+
+    /// Checkpoints published since the last call (non-blocking; empty when the engine is busy).
+    /// A background error is returned once, here or from the next save.
+    pub fn poll(&self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        match self.engine.try_lock() {
+            Ok(mut g) => match g.as_mut() {
+                Some(e) => Ok(e.poll()?),
+                None => Ok(Vec::new()),
+            },
+            Err(_) => Ok(Vec::new()),
+        }
     }
 
     fn add(&self, key: usize, record: Record) -> std::result::Result<(), CheckpointerError> {
@@ -161,10 +185,9 @@ impl Collector {
         scheduler: LrSchedulerRecord,
     ) -> std::result::Result<(), CheckpointerError> {
         let step = key as u64;
-        let epoch = match self.epoch.load(Ordering::SeqCst) {
-            u64::MAX => step,
-            e => e,
-        };
+        let (epoch, meta) = lock(&self.annotations)
+            .remove(&key)
+            .unwrap_or_else(|| (step, BTreeMap::new()));
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             sink.write_all(&model.into_bytes()?)?;
             Ok(())
@@ -180,12 +203,13 @@ impl Collector {
             sink.write_all(&scheduler.into_bytes()?)?;
             Ok(())
         };
-        let snapshot = Snapshot::new(step)
+        let mut snapshot = Snapshot::new(step)
             .with_epoch(epoch)
             .with_meta("source", "burn-learning-checkpointer")
             .with_producer(MODEL_FILE, model_part)
             .with_producer(OPTIM_FILE, optim_part)
             .with_producer(SCHEDULER_FILE, sched_part);
+        snapshot.meta.extend(meta);
         let mut guard = lock(&self.engine);
         let engine = guard
             .as_mut()

@@ -9,6 +9,8 @@
 //!   with typed errors naming the file.
 //! - [`checkpointers`]: a drop-in for `SupervisedTraining::with_custom_checkpointers` that
 //!   publishes the three records of an epoch as one atomic checkpoint directory.
+//! - [`strategy`]: a `TrainingStrategy::Custom` single-device loop that checkpoints through
+//!   those checkpointers at optimizer-step boundaries and resumes mid-epoch.
 //! - [`demo`]: the example trainer (MLP with dropout, AdamW, cosine LR) the `train` example and
 //!   the end-to-end tests run.
 //!
@@ -22,6 +24,7 @@ pub mod demo;
 mod error;
 mod restore;
 mod state;
+pub mod strategy;
 
 pub use capture::{
     EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids,

@@ -1,0 +1,457 @@
+//! Step-level checkpointing inside Burn's learner: a [`SupervisedLearningStrategy`]
+//! (`TrainingStrategy::Custom`) that runs the single-device loop of burn-train 0.22.1 and
+//! checkpoints at optimizer-step boundaries, as a [`FrequencyController`] decides.
+//!
+//! Burn's `Learner` keeps its optimizer and scheduler private; the only public code that reads
+//! them is `LearningCheckpointer::checkpoint(&learner, key, &store)`. This strategy calls it
+//! with the **global optimizer step** as the key, so the checkpointers of
+//! [`crate::checkpointers`] publish `step-<step:08>` directories. Before each call it annotates
+//! the key with the epoch and the position in the epoch (manifest entries
+//! `burn_epoch_iteration`, `burn_epoch_complete`), which resume reads back.
+//!
+//! ```no_run
+//! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
+//! # use burn::tensor::Device;
+//! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>, device: Device)
+//! # -> Result<(), ckpt_burn::Error> {
+//! use ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
+//! use ckpt_burn::strategy::CkptTrainingStrategy;
+//! use ckpt_core::{EngineConfig, FrequencyPolicy};
+//!
+//! let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/demo/ckpt"))?;
+//! let (m, o, s) = ckpt.checkpointers();
+//! let strategy = CkptTrainingStrategy::new(device, &ckpt, FrequencyPolicy::EverySteps(100));
+//! let result = training
+//!     .with_custom_checkpointers(m, o, s)
+//!     .with_checkpointing_strategy(AlwaysSave)
+//!     .with_training_strategy(strategy.into_training_strategy())
+//!     // resume: .checkpoint(step) with a published step (ckpt_core::read_latest)
+//!     .launch(learner);
+//! ckpt.finish()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Limits (what Burn's public API allows):
+//! - Single device only (Burn's multi-device and DDP loops are `pub(crate)`).
+//! - The hand-off is `LearningCheckpointer::checkpoint`: the model record is built on the
+//!   training thread (`model.clone().into_record()`), the optimizer and scheduler records too;
+//!   encoding and writing happen on the engine's persist thread. Burn's `AsyncCheckpointer`
+//!   rendezvous channels mean a save blocks while the previous one is still being handed over.
+//! - Resume restores model, optimizer and scheduler exactly (Burn's `.checkpoint(step)` path),
+//!   then skips the batches of the interrupted epoch that were already trained by drawing and
+//!   discarding them. That reproduces the data order only if the loader's order is a pure
+//!   function of the epoch; Burn's shuffled `DataLoaderBuilder` loaders reshuffle per `iter()`
+//!   call and restart their RNG in a new process, exactly as with Burn's own resume. The backend
+//!   RNG and metric state are not restored.
+//! - Gradient accumulation is supported as in Burn; the step count is in optimizer steps.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use burn::optim::GradientsAccumulator;
+use burn::tensor::Device;
+use burn::train::checkpoint::CheckpointerError;
+use burn::train::metric::store::EventStoreClient;
+use burn::train::{
+    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearnerModel,
+    LearningCheckpointer, LearningResult, SupervisedLearningStrategy,
+    SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents, TrainingItem,
+    TrainingStrategy, ValidLoader,
+};
+use ckpt_core::{FrequencyController, FrequencyPolicy, checkpoint_dir_name};
+
+use crate::checkpointers::{CkptCheckpointers, Collector};
+
+/// Manifest entry: training iterations of the epoch done at the checkpoint.
+pub const META_EPOCH_ITERATION: &str = "burn_epoch_iteration";
+/// Manifest entry: whether the epoch (training and validation) was complete.
+pub const META_EPOCH_COMPLETE: &str = "burn_epoch_complete";
+
+/// Where a run resumes: read from the manifest of the checkpoint Burn restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// Global optimizer steps done.
+    pub step: u64,
+    /// Epoch (1-based, Burn's numbering) to run first.
+    pub epoch: usize,
+    /// Training iterations of that epoch to skip.
+    pub skip: usize,
+}
+
+/// Single-device training loop with step-level checkpoints. See the module docs.
+pub struct CkptTrainingStrategy {
+    device: Device,
+    collector: Arc<Collector>,
+    frequency: Mutex<FrequencyController>,
+    save_at_epoch_end: bool,
+    save_on_stop: bool,
+    /// Computed by `train`, taken by `fit` (avoids verifying the checkpoint twice).
+    resume: Mutex<Option<ResumePoint>>,
+}
+
+impl std::fmt::Debug for CkptTrainingStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CkptTrainingStrategy")
+            .field("device", &self.device)
+            .field("save_at_epoch_end", &self.save_at_epoch_end)
+            .finish()
+    }
+}
+
+impl CkptTrainingStrategy {
+    /// A strategy training on `device` (made autodiff if it is not) and checkpointing through
+    /// `ckpt`'s checkpointers (register them with `with_custom_checkpointers`) per `policy`.
+    /// By default it also checkpoints at the end of every epoch (after validation) and when
+    /// training is stopped through the interrupter.
+    pub fn new(device: Device, ckpt: &CkptCheckpointers, policy: FrequencyPolicy) -> Self {
+        let device = if device.is_autodiff() {
+            device
+        } else {
+            device.autodiff()
+        };
+        Self {
+            device,
+            collector: ckpt.collector().clone(),
+            frequency: Mutex::new(FrequencyController::new(policy)),
+            save_at_epoch_end: true,
+            save_on_stop: true,
+            resume: Mutex::new(None),
+        }
+    }
+
+    /// Whether to checkpoint at the end of every epoch too (default: yes).
+    pub fn save_at_epoch_end(mut self, yes: bool) -> Self {
+        self.save_at_epoch_end = yes;
+        self
+    }
+
+    /// Whether to checkpoint when training is stopped through the interrupter (default: yes).
+    pub fn save_on_stop(mut self, yes: bool) -> Self {
+        self.save_on_stop = yes;
+        self
+    }
+
+    /// For `SupervisedTraining::with_training_strategy`.
+    pub fn into_training_strategy<M: LearnerModel>(self) -> TrainingStrategy<M> {
+        TrainingStrategy::Custom(Arc::new(self))
+    }
+
+    /// The resume point for checkpoint `step` (Burn's `.checkpoint(step)`).
+    pub fn resume_point(&self, step: usize) -> crate::Result<ResumePoint> {
+        let dir = self.collector.root().join(checkpoint_dir_name(step as u64));
+        let manifest = ckpt_core::verify_checkpoint(&dir)?;
+        let epoch = manifest.epoch.max(1) as usize;
+        let iteration = manifest
+            .meta
+            .get(META_EPOCH_ITERATION)
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0) as usize;
+        // Without the entries (an epoch-keyed checkpoint) the epoch was complete.
+        let complete = manifest
+            .meta
+            .get(META_EPOCH_COMPLETE)
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true);
+        Ok(if complete {
+            ResumePoint {
+                step: manifest.step,
+                epoch: epoch + 1,
+                skip: 0,
+            }
+        } else {
+            ResumePoint {
+                step: manifest.step,
+                epoch,
+                skip: iteration,
+            }
+        })
+    }
+}
+
+struct Run<'a, M: LearnerModel> {
+    checkpointer: Option<LearningCheckpointer<M>>,
+    event_store: Arc<EventStoreClient>,
+    interrupter: Interrupter,
+    collector: &'a Collector,
+    frequency: &'a Mutex<FrequencyController>,
+    started: Instant,
+    step: u64,
+    last_saved: Option<u64>,
+}
+
+impl<M: LearnerModel> Run<'_, M> {
+    fn freq(&self) -> std::sync::MutexGuard<'_, FrequencyController> {
+        self.frequency.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn persisting(&self) -> bool {
+        self.collector.in_flight().is_none_or(|n| n > 0)
+    }
+
+    /// Feeds published saves to the frequency controller; a background error fails training.
+    fn poll(&self) {
+        match self.collector.poll() {
+            Ok(events) => {
+                let mut f = self.freq();
+                for ev in events {
+                    f.observe_save(ev.stall, ev.persist);
+                }
+            }
+            Err(e) => self
+                .interrupter
+                .fail(CheckpointerError::Unknown(e.to_string())),
+        }
+    }
+
+    fn checkpoint(&mut self, learner: &Learner<M>, epoch: usize, iteration: usize, done: bool) {
+        if self.last_saved == Some(self.step) {
+            return;
+        }
+        let Some(checkpointer) = self.checkpointer.as_mut() else {
+            return;
+        };
+        let key = self.step as usize;
+        let mut meta = BTreeMap::new();
+        meta.insert(META_EPOCH_ITERATION.to_string(), iteration.into());
+        meta.insert(META_EPOCH_COMPLETE.to_string(), done.into());
+        self.collector.annotate(key, epoch as u64, meta);
+        let t0 = Instant::now();
+        checkpointer.checkpoint(learner, key, &self.event_store);
+        tracing::debug!(step = self.step, handoff = ?t0.elapsed(), "checkpoint handed over");
+        self.last_saved = Some(self.step);
+        let now = self.started.elapsed();
+        self.freq().saved(self.step, now);
+    }
+
+    /// After an optimizer step: checkpoint when the controller says so.
+    fn after_step(&mut self, learner: &Learner<M>, epoch: usize, iteration: usize, took: Duration) {
+        let persisting = self.persisting();
+        self.freq().observe_step(took, persisting);
+        self.poll();
+        let now = self.started.elapsed();
+        if self.freq().should_save(self.step, now, persisting) {
+            self.checkpoint(learner, epoch, iteration, false);
+        }
+    }
+}
+
+impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
+    fn train(
+        &self,
+        learner: Learner<M>,
+        dataloader_train: TrainLoader<M>,
+        dataloader_valid: ValidLoader<M>,
+        training_components: TrainingComponents<M>,
+    ) -> LearningResult<M> {
+        // Same as Burn's default `train`, except that the starting epoch comes from the
+        // restored checkpoint's manifest (its key is a step, not an epoch).
+        let interrupter = training_components.interrupter.clone();
+        let starting_epoch = match training_components.checkpoint {
+            Some(step) => match self.resume_point(step) {
+                Ok(p) => {
+                    *self.resume.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+                    p.epoch
+                }
+                Err(e) => {
+                    interrupter.fail(CheckpointerError::Unknown(e.to_string()));
+                    1
+                }
+            },
+            None => 1,
+        };
+        let summary_config = training_components.summary.clone();
+        let mut training_components = training_components;
+        interrupter.fail_on_error(training_components.event_processor.process_train(
+            LearnerEvent::Start {
+                total_epochs: training_components.num_epochs,
+                starting_epoch,
+                label: training_components.label.clone(),
+            },
+        ));
+        let (model, mut event_processor) = self.fit(
+            training_components,
+            learner,
+            dataloader_train,
+            dataloader_valid,
+            starting_epoch,
+        );
+        let summary = summary_config.and_then(|s| s.init().ok());
+        interrupter.fail_on_error(event_processor.process_train(LearnerEvent::End(summary)));
+        let model = model.valid();
+        interrupter.fail_on_error(event_processor.flush());
+        let renderer = event_processor.renderer();
+        LearningResult::<M> {
+            model,
+            renderer,
+            interrupted: interrupter.interruption(),
+            error: interrupter.error(),
+        }
+    }
+
+    fn fit(
+        &self,
+        components: TrainingComponents<M>,
+        mut learner: Learner<M>,
+        dataloader_train: TrainLoader<M>,
+        dataloader_valid: ValidLoader<M>,
+        starting_epoch: usize,
+    ) -> (M, SupervisedTrainingEventProcessor<M>) {
+        let dataloader_train = dataloader_train.to_device(&self.device);
+        let train_total = dataloader_train.num_items();
+        let dataloader_valid = dataloader_valid.to_device(&self.device.clone().inner());
+        let valid_total = dataloader_valid.num_items();
+        learner.fork(&self.device);
+
+        let cached = self.resume.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let resume = match (cached, components.checkpoint) {
+            (Some(p), Some(step)) if p.step == step as u64 => Some(p),
+            (_, Some(step)) => self.resume_point(step).ok(),
+            (_, None) => None,
+        };
+        let TrainingComponents {
+            checkpointer,
+            interrupter,
+            mut early_stopping,
+            mut event_processor,
+            event_store,
+            num_epochs,
+            grad_accumulation,
+            ..
+        } = components;
+        let mut run = Run {
+            checkpointer,
+            event_store,
+            interrupter: interrupter.clone(),
+            collector: &self.collector,
+            frequency: &self.frequency,
+            started: Instant::now(),
+            step: resume.map_or(0, |p| p.step),
+            last_saved: resume.map(|p| p.step),
+        };
+
+        for epoch in starting_epoch..=num_epochs {
+            interrupter.fail_on_error(event_processor.process_train(LearnerEvent::StartSplit {
+                epoch_number: epoch,
+                total_items: train_total,
+            }));
+
+            // Training epoch (burn-train's SingleDeviceTrainEpoch, plus checkpoints).
+            let skip = match resume {
+                Some(p) if p.epoch == epoch => p.skip,
+                _ => 0,
+            };
+            let mut iterator = dataloader_train.iter();
+            let mut iteration = 0usize;
+            let mut accumulator = GradientsAccumulator::new();
+            let mut accumulated = 0usize;
+            let mut stopped = false;
+            while let Some(item) = iterator.next() {
+                let item = match item {
+                    Ok(item) => item,
+                    Err(err) => {
+                        interrupter.fail(err);
+                        break;
+                    }
+                };
+                iteration += 1;
+                if iteration <= skip {
+                    continue;
+                }
+                let t0 = Instant::now();
+                let item_progress = iterator.progress();
+                let out = learner.train_step(item);
+                let stepped = match grad_accumulation {
+                    Some(n) => {
+                        accumulator.accumulate(&learner.model(), out.grads);
+                        accumulated += 1;
+                        if n <= accumulated || item_progress.is_completed() {
+                            learner.lr_step();
+                            learner.optimizer_step(accumulator.grads());
+                            accumulated = 0;
+                            true
+                        } else {
+                            false
+                        }
+                    }
+                    None => {
+                        learner.lr_step();
+                        learner.optimizer_step(out.grads);
+                        true
+                    }
+                };
+                let took = t0.elapsed();
+                let item = TrainingItem::new(
+                    out.item,
+                    item_progress,
+                    Some(iteration),
+                    Some(learner.lr_current()),
+                );
+                interrupter.fail_on_error(
+                    event_processor.process_train(LearnerEvent::ProcessedItem(item)),
+                );
+                if stepped {
+                    run.step += 1;
+                    run.after_step(&learner, epoch, iteration, took);
+                }
+                if interrupter.should_stop() {
+                    // A stop (not an error) at a step boundary: save where training stopped.
+                    if self.save_on_stop && interrupter.error().is_none() && accumulated == 0 {
+                        run.checkpoint(&learner, epoch, iteration, false);
+                    }
+                    stopped = true;
+                    break;
+                }
+            }
+            interrupter.fail_on_error(event_processor.process_train(LearnerEvent::EndSplit(epoch)));
+            if stopped || interrupter.should_stop() {
+                break;
+            }
+
+            // Validation epoch (burn-train's SingleDeviceValidEpoch).
+            interrupter.fail_on_error(event_processor.process_valid(LearnerEvent::StartSplit {
+                epoch_number: epoch,
+                total_items: valid_total,
+            }));
+            let model = learner.model().valid();
+            let mut iterator = dataloader_valid.iter();
+            let mut valid_iteration = 0usize;
+            while let Some(item) = iterator.next() {
+                let item = match item {
+                    Ok(item) => item,
+                    Err(err) => {
+                        interrupter.fail(err);
+                        break;
+                    }
+                };
+                let item_progress = iterator.progress();
+                valid_iteration += 1;
+                let out = InferenceStep::step(&model, item);
+                let item = TrainingItem::new(out, item_progress, Some(valid_iteration), None);
+                interrupter.fail_on_error(
+                    event_processor.process_valid(LearnerEvent::ProcessedItem(item)),
+                );
+                if interrupter.should_stop() {
+                    break;
+                }
+            }
+            interrupter.fail_on_error(event_processor.process_valid(LearnerEvent::EndSplit(epoch)));
+            interrupter.fail_on_error(event_processor.process_train(LearnerEvent::EndEpoch(epoch)));
+            interrupter.fail_on_error(event_processor.flush());
+            if interrupter.should_stop() {
+                break;
+            }
+            if self.save_at_epoch_end {
+                // Skipped when the epoch's last step was just saved: resuming from that one
+                // skips every iteration of the epoch and reruns only its validation.
+                run.checkpoint(&learner, epoch, iteration, true);
+            }
+            if let Some(es) = &mut early_stopping
+                && es.should_stop(epoch, &run.event_store)
+            {
+                break;
+            }
+        }
+        (learner.model(), event_processor)
+    }
+}
