@@ -27,19 +27,26 @@ fn parts(total: usize) -> Vec<Arc<[u8]>> {
     let n = 8;
     (0..n)
         .map(|i| {
-            let v: Vec<u8> = (0..total / n).map(|j| (j as u64 * 2654435761 + i as u64) as u8).collect();
+            let v: Vec<u8> = (0..total / n)
+                .map(|j| (j as u64 * 2654435761 + i as u64) as u8)
+                .collect();
             Arc::from(v)
         })
         .collect()
 }
 
 fn persist(c: &mut Criterion) {
-    let mib: usize = std::env::var("CKPT_BENCH_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let mib: usize = std::env::var("CKPT_BENCH_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1024);
     let total = mib << 20;
     let data = parts(total);
     let dir = bench_dir();
     let mut g = c.benchmark_group(format!("persist_{mib}MiB"));
-    g.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(20));
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Bytes(total as u64));
 
     // The floor: write each part to a new file and fsync it, then fsync the directory.
@@ -69,7 +76,8 @@ fn persist(c: &mut Criterion) {
     // ckpt-core: submit to published (tmp dir, checksums, fsyncs, manifest, rename, latest).
     let root = dir.path().join("engine");
     // Keep everything and delete old checkpoints outside the timed region, as the floor does.
-    let (mut engine, _) = Engine::open(EngineConfig::new(&root).retention(Retention::keep_all())).unwrap();
+    let (mut engine, _) =
+        Engine::open(EngineConfig::new(&root).retention(Retention::keep_all())).unwrap();
     let mut step = 0u64;
     g.bench_function("ckpt_core_persist", |b| {
         b.iter_custom(|iters| {
@@ -85,7 +93,8 @@ fn persist(c: &mut Criterion) {
                 engine.wait_idle().unwrap();
                 t += start.elapsed();
                 if step > 1 {
-                    fs::remove_dir_all(root.join(ckpt_core::checkpoint_dir_name(step - 1))).unwrap();
+                    fs::remove_dir_all(root.join(ckpt_core::checkpoint_dir_name(step - 1)))
+                        .unwrap();
                 }
             }
             t
