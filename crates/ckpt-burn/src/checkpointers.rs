@@ -35,7 +35,8 @@
 //!   runs only after a publication and never removes the newest valid checkpoint. Burn's
 //!   per-kind deletes could otherwise break the set.
 //! - Saving a key that is already published (training resumed from an earlier epoch and reached
-//!   it again) replaces the old directory, as Burn's file checkpointer overwrites its files.
+//!   it again) replaces the old directory in one atomic exchange, so the key always has a valid
+//!   copy (Burn's file checkpointer overwrites its files in the same situation).
 //! - Errors (encode, I/O, a background failure of an earlier save) are returned from `save` /
 //!   `restore`; Burn's `AsyncCheckpointer` then fails the training through its interrupter, and
 //!   they show in `LearningResult::error`.
@@ -208,23 +209,14 @@ impl Collector {
             .with_meta("source", "burn-learning-checkpointer")
             .with_producer(MODEL_FILE, model_part)
             .with_producer(OPTIM_FILE, optim_part)
-            .with_producer(SCHEDULER_FILE, sched_part);
+            .with_producer(SCHEDULER_FILE, sched_part)
+            // Resumed from an earlier key and reached this one again: swap atomically.
+            .with_replace(true);
         snapshot.meta.extend(meta);
         let mut guard = lock(&self.engine);
         let engine = guard
             .as_mut()
             .ok_or_else(|| unknown("checkpoint engine already finished"))?;
-        let target = self.root.join(checkpoint_dir_name(step));
-        if target.exists() {
-            // Resumed from an earlier key and reached this one again: replace it.
-            engine.wait_idle().map_err(unknown)?;
-            let doomed = self
-                .root
-                .join(format!(".tmp-replaced-{}", checkpoint_dir_name(step)));
-            let _ = std::fs::remove_dir_all(&doomed);
-            std::fs::rename(&target, &doomed).map_err(CheckpointerError::IOError)?;
-            std::fs::remove_dir_all(&doomed).map_err(CheckpointerError::IOError)?;
-        }
         engine.submit(snapshot).map_err(unknown)?;
         Ok(())
     }

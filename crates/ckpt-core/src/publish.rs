@@ -76,7 +76,8 @@ impl Publisher {
         snap.validate()?;
         let step = snap.step;
         let target = self.root.join(checkpoint_dir_name(step));
-        if target.exists() {
+        let replace = snap.replace;
+        if target.exists() && !replace {
             return Err(Error::AlreadyPublished { step, path: target });
         }
         let start = Instant::now();
@@ -95,7 +96,7 @@ impl Publisher {
                 return Err(e);
             }
         };
-        let removed = self.commit(step, &tmp, &target)?;
+        let removed = self.commit(step, &tmp, &target, replace)?;
         Ok(Published {
             path: target,
             bytes: manifest.total_bytes(),
@@ -213,12 +214,18 @@ impl Publisher {
     }
 
     /// Rename, fsync root, move `latest`, retention. On failure before `latest` is durable the
-    /// directory is taken back out of the published namespace.
-    fn commit(&self, step: u64, tmp: &Path, target: &Path) -> Result<Vec<u64>> {
+    /// directory is taken back out of the published namespace. With `replace`, an existing
+    /// `step-*` directory is swapped with the new one in one atomic exchange, so a valid copy of
+    /// the step exists at every instant; the old copy is then removed.
+    fn commit(&self, step: u64, tmp: &Path, target: &Path, replace: bool) -> Result<Vec<u64>> {
         let mut latest = self.commit.lock().unwrap_or_else(|e| e.into_inner());
         let root = self.root.as_path();
+        let exchanged = replace && target.exists();
         let renamed = (|| -> io::Result<()> {
             io_failpoint!(RENAME);
+            if exchanged {
+                return exchange(tmp, target);
+            }
             if target.exists() {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
@@ -241,13 +248,23 @@ impl Publisher {
             fsync_dir(root)
         })();
         if let Err(source) = synced {
-            self.unpublish(target, None);
+            if exchanged {
+                // Put the old copy back; `tmp` then holds the new one, removed below.
+                let _ = exchange(tmp, target);
+                let _ = fs::remove_dir_all(tmp);
+            } else {
+                self.unpublish(target, None);
+            }
             return Err(Error::Persist {
                 step,
                 stage: Stage::FsyncRoot,
                 path: root.to_path_buf(),
                 source,
             });
+        }
+        if exchanged {
+            // Best effort: start-up recovery removes it if this fails or we crash first.
+            let _ = fs::remove_dir_all(tmp);
         }
         if latest.is_none_or(|l| step > l) {
             if let Err(source) = layout::write_latest(root, &checkpoint_dir_name(step)) {
@@ -286,6 +303,38 @@ impl Publisher {
             let _ = fs::remove_dir_all(&doomed);
         }
     }
+}
+
+/// Atomically swaps two directories (Linux `renameat2(RENAME_EXCHANGE)`).
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::{ffi::CString, os::unix::ffi::OsStrExt};
+    let a = CString::new(a.as_os_str().as_bytes())?;
+    let b = CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Atomic directory exchange is Linux-only; elsewhere replacement is refused.
+#[cfg(not(target_os = "linux"))]
+fn exchange(_a: &Path, _b: &Path) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "atomically replacing a published checkpoint needs Linux renameat2",
+    ))
 }
 
 fn write_chunked(w: &mut impl Write, bytes: &[u8]) -> io::Result<()> {

@@ -93,6 +93,9 @@ pub struct Snapshot {
     pub parts: Vec<Part>,
     /// Time the caller spent capturing this snapshot (counted in the reported stall).
     pub capture_time: Duration,
+    /// Replace an already published checkpoint of the same step (atomically, never leaving
+    /// the step without a valid copy) instead of failing with `AlreadyPublished`.
+    pub replace: bool,
 }
 
 impl Snapshot {
@@ -106,6 +109,7 @@ impl Snapshot {
             meta: BTreeMap::new(),
             parts: Vec::new(),
             capture_time: Duration::ZERO,
+            replace: false,
         }
     }
 
@@ -154,6 +158,13 @@ impl Snapshot {
     /// Adds a part written later by `producer` on the persist thread.
     pub fn with_producer(self, name: impl Into<String>, producer: impl PartProducer) -> Self {
         self.with_part(name, PartData::Producer(Box::new(producer)))
+    }
+
+    /// Allows replacing an existing checkpoint of this step (e.g. after resuming from an
+    /// earlier one and reaching this step again).
+    pub fn with_replace(mut self, replace: bool) -> Self {
+        self.replace = replace;
+        self
     }
 
     /// Records how long capturing took on the training thread.

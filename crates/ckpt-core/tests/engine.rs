@@ -3,10 +3,12 @@
 
 use std::{fs, path::Path, time::Duration};
 
+mod common;
+
 use ckpt_core::{
-    Backpressure, CheckpointStatus, Engine, EngineConfig, Error, FrequencyController,
-    FrequencyPolicy, Retention, Snapshot, SubmitOutcome, list_checkpoints, read_latest, read_part,
-    recover, verify_checkpoint, verify_root,
+    CheckpointStatus, Engine, EngineConfig, Error, FrequencyController, FrequencyPolicy, Retention,
+    Snapshot, SubmitOutcome, list_checkpoints, read_latest, read_part, recover, verify_checkpoint,
+    verify_root,
 };
 
 fn snap(step: u64) -> Snapshot {
@@ -49,13 +51,7 @@ fn publishes_layout_manifest_and_latest() {
     );
     assert!(root.join("step-00000020/manifest.json").exists());
     // Nothing in flight is left behind.
-    assert!(
-        fs::read_dir(root).unwrap().all(|e| !e
-            .unwrap()
-            .file_name()
-            .to_string_lossy()
-            .starts_with(".tmp"))
-    );
+    assert!(common::tmp_entries(root).is_empty());
     verify_root(root).unwrap();
 }
 
@@ -301,23 +297,24 @@ fn overhead_budget_controller_keeps_overhead_under_budget_without_overlap() {
 }
 
 #[test]
-fn skip_policy_reports_outcome_in_sync_policy_writes_inline() {
-    // Without delays the pipeline may or may not be full; with max_in_flight = 1 and two
-    // back-to-back submits, the outcome must be one of the documented ones.
+fn replace_swaps_an_existing_checkpoint_atomically() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = EngineConfig::new(dir.path()).backpressure(Backpressure::Sync);
-    let (mut e, _) = Engine::open(cfg).unwrap();
-    e.submit(snap(1)).unwrap();
-    match e.submit(snap(2)).unwrap() {
-        SubmitOutcome::WrittenSync(ev) => {
-            assert!(ev.sync && dir.path().join("step-00000002").exists())
-        }
-        SubmitOutcome::Queued { .. } => {}
-        o => panic!("unexpected {o:?}"),
-    }
+    let root = dir.path();
+    let mut e = open(root);
+    e.submit(Snapshot::new(3).with_bytes("a.bin", vec![1; 64]))
+        .unwrap();
+    e.wait_idle().unwrap();
+    e.submit(
+        Snapshot::new(3)
+            .with_bytes("a.bin", vec![2; 64])
+            .with_replace(true),
+    )
+    .unwrap();
     e.finish().unwrap();
     assert_eq!(
-        read_latest(dir.path()).unwrap().as_deref(),
-        Some("step-00000002")
+        read_part(&root.join("step-00000003"), "a.bin").unwrap(),
+        vec![2; 64]
     );
+    assert!(common::tmp_entries(root).is_empty());
+    verify_root(root).unwrap();
 }

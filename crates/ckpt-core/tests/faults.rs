@@ -2,7 +2,9 @@
 //! slow persist. Every test holds a `FailScenario`, which serializes them (failpoints are
 //! process-global).
 
-use std::{fs, path::Path, time::Duration};
+use std::time::Duration;
+
+mod common;
 
 use ckpt_core::{
     Backpressure, Engine, EngineConfig, Error, Retention, Snapshot, Stage, SubmitOutcome,
@@ -17,14 +19,6 @@ fn snap(step: u64) -> Snapshot {
             w.write_all(&step.to_le_bytes())?;
             Ok(())
         })
-}
-
-fn tmp_entries(root: &Path) -> Vec<String> {
-    fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with(".tmp"))
-        .collect()
 }
 
 fn expected_stage(fp: &str) -> Option<Stage> {
@@ -97,7 +91,7 @@ fn injected_error_at_every_failpoint_is_reported_and_publishes_nothing() {
             }
         }
         assert_eq!(
-            tmp_entries(root),
+            common::tmp_entries(root),
             Vec::<String>::new(),
             "{fp}: temporary data left behind"
         );
@@ -146,7 +140,7 @@ fn enospc_and_eio_keep_their_os_error() {
             other => panic!("{other:?}"),
         }
         assert!(read_latest(dir.path()).unwrap().is_none());
-        assert!(tmp_entries(dir.path()).is_empty());
+        assert!(common::tmp_entries(dir.path()).is_empty());
     }
     scenario.teardown();
 }
@@ -219,5 +213,35 @@ fn backpressure_policies_under_a_slow_persist() {
     verify_root(dir.path()).unwrap();
 
     fail::remove(failpoints::WRITE_PART);
+    scenario.teardown();
+}
+
+/// A failed replacement keeps the checkpoint it was replacing, at the rename and after it.
+#[test]
+fn failed_replace_keeps_the_old_checkpoint() {
+    let scenario = FailScenario::setup();
+    for fp in [
+        failpoints::WRITE_PART,
+        failpoints::RENAME,
+        failpoints::FSYNC_ROOT,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut e, _) = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.submit(snap(5)).unwrap();
+        e.wait_idle().unwrap();
+        let old = ckpt_core::read_part(&dir.path().join("step-00000005"), "model.bin").unwrap();
+        fail::cfg(fp, "1*return").unwrap();
+        let new = Snapshot::new(5)
+            .with_bytes("model.bin", vec![0xee; 10])
+            .with_replace(true);
+        e.submit(new).unwrap();
+        let err = e.finish().unwrap_err();
+        fail::remove(fp);
+        assert_eq!(err.step(), Some(5), "{fp}: {err}");
+        let now = ckpt_core::read_part(&dir.path().join("step-00000005"), "model.bin").unwrap();
+        assert_eq!(now, old, "{fp}: the old checkpoint was lost");
+        assert!(common::tmp_entries(dir.path()).is_empty(), "{fp}");
+        verify_root(dir.path()).unwrap();
+    }
     scenario.teardown();
 }
