@@ -113,16 +113,25 @@ fn learner(device: &Device) -> Learner<Tiny> {
     Learner::new(Tiny::new(device), AdamWConfig::new().init(), scheduler)
 }
 
+type Loader<T> = std::sync::Arc<dyn burn::data::dataloader::DataLoader<T>>;
+
+/// Train (optionally shuffled with `shuffle`) and validation loaders over the same data.
+fn loaders(shuffle: Option<u64>) -> (Loader<Batch>, Loader<Batch>) {
+    let mut train = DataLoaderBuilder::new(TinyBatcher).batch_size(16);
+    if let Some(seed) = shuffle {
+        train = train.shuffle(seed);
+    }
+    let valid = DataLoaderBuilder::new(TinyBatcher).batch_size(16);
+    (
+        train.build(InMemDataset::new(data())),
+        valid.build(InMemDataset::new(data())),
+    )
+}
+
 /// One `launch` through the ckpt checkpointers; returns the result after `finish`.
 fn train(dir: &Path, epochs: usize, resume: Option<usize>) -> LearningResult<Tiny> {
     let device = Device::flex().autodiff();
-    let train = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(16)
-        .shuffle(3)
-        .build(InMemDataset::new(data()));
-    let valid = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(16)
-        .build(InMemDataset::new(data()));
+    let (train, valid) = loaders(Some(3));
 
     // The lines a user adds:
     let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
@@ -229,12 +238,7 @@ fn train_steps(
     resume: Option<usize>,
 ) -> LearningResult<Tiny> {
     let device = Device::flex().autodiff();
-    let train = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(16)
-        .build(InMemDataset::new(data()));
-    let valid = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(16)
-        .build(InMemDataset::new(data()));
+    let (train, valid) = loaders(None);
 
     // The lines a user adds:
     let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();

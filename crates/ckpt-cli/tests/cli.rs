@@ -1,20 +1,11 @@
 //! The `ckpt` command end to end: ls, verify (whole root and one checkpoint), gc, bad input.
 
-use std::{fs, path::Path, process::Command};
+mod common;
+
+use common::ckpt;
+use std::{fs, path::Path};
 
 use ckpt_core::{Engine, EngineConfig, Snapshot};
-
-fn ckpt(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ckpt"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
 
 fn make_root(root: &Path, steps: &[u64]) {
     let (mut e, _) = Engine::open(EngineConfig::new(root)).unwrap();

@@ -2,6 +2,9 @@
 //! trainer (`ckpt_burn::demo::run`): JSON and table output, safetensors content against the
 //! burnpack source, interop with Python's `safetensors` package, and bad input.
 
+mod common;
+
+use common::ckpt;
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -14,18 +17,6 @@ use ckpt_burn::demo::{self, DemoConfig, Frequency};
 const STEPS: u64 = 3;
 const SEED: u64 = 11;
 const HIDDEN: usize = 8;
-
-fn ckpt(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ckpt"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
 
 /// One real checkpoint (step 3 of a tiny run), trained once per test process.
 fn checkpoint() -> &'static Path {
