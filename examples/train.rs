@@ -7,19 +7,72 @@
 //! ```
 //!
 //! Flags are described in DESIGN.md ("Example trainer"). Exit status 0 on success, non-zero
-//! with a one-line reason on stderr otherwise.
+//! with a one-line reason on stderr otherwise:
+//!
+//! | status | meaning |
+//! |---|---|
+//! | 0 | trained to `--steps`; the last step is checkpointed |
+//! | 1 | error (the line names the step and file where there is one) |
+//! | 2 | bad flags |
+//! | 75 | SIGTERM/SIGINT: stopped at a step boundary, final checkpoint durable (`--resume`) |
+//! | 76 | SIGTERM/SIGINT: `--grace-period` ran out before the final checkpoint was durable |
+//! | 128+N | a second signal N: exited at once |
+//!
+//! Preemption: the first SIGTERM or SIGINT makes the trainer stop at the next step boundary,
+//! checkpoint that step through the normal pipeline and wait for it (and any save still in
+//! flight) to be durable, for at most `--grace-period` seconds. A watchdog exits with 76 if the
+//! trainer is still running `--grace-period` + 2 s after the signal (say it is stuck waiting
+//! for a persist slot behind a stalled disk). A second signal exits at once; whatever was being
+//! written is never published, and the next start removes it.
 
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
+use std::{
+    ffi::OsString,
+    io::IsTerminal,
+    path::PathBuf,
+    process::ExitCode,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicI32, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::{Context, bail};
-use burn_ckpt::ckpt_burn::demo::{Backend, DemoConfig, Frequency, SaveMode, StepInfo, run};
+use burn_ckpt::ckpt_burn::demo::{
+    Backend, DemoConfig, Frequency, SaveErrorPolicy, SaveMode, StepInfo, StopOutcome, run,
+};
+use burn_ckpt::ckpt_core::{self, Backpressure};
 use clap::{Parser, ValueEnum};
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+/// Exit status: a stop signal ended the run and its final checkpoint is durable.
+pub const EXIT_STOPPED: u8 = 75;
+/// Exit status: a stop signal ended the run, but the grace period ran out first.
+pub const EXIT_GRACE_EXPIRED: u8 = 76;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Mode {
     Async,
     Sync,
     Burn,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OnSaveError {
+    /// Exit non-zero with the error (it names the step and the file).
+    Stop,
+    /// Count the failed save in the report and keep training.
+    Continue,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BackpressureArg {
+    /// Wait for a free persist slot (counted as stall and `blocked_ms`).
+    Block,
+    /// Drop the checkpoint (counted as `skipped`); the last one is never dropped.
+    Skip,
+    /// Write it on the training thread.
+    Sync,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -81,6 +134,128 @@ struct Args {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// After SIGTERM/SIGINT, wait at most this many seconds for the final checkpoint.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    grace_period: f64,
+    /// When a checkpoint fails to persist (disk full, I/O error): stop, or count it and go on
+    /// (a failure of the last checkpoint always stops).
+    #[arg(long, value_enum, default_value_t = OnSaveError::Stop)]
+    on_save_error: OnSaveError,
+    /// What a save does when --max-in-flight checkpoints are still persisting.
+    #[arg(long, value_enum, default_value_t = BackpressureArg::Block)]
+    backpressure: BackpressureArg,
+    /// Checkpoints persisting at once (bounds the memory they hold).
+    #[arg(long, default_value_t = 1)]
+    max_in_flight: usize,
+    /// ZeRO-1 data-parallel ranks, as threads of this process (1: the single-device loop).
+    #[arg(long, default_value_t = 1)]
+    ranks: usize,
+    /// How ZeRO-1 optimizer shards are written.
+    #[arg(long, value_enum, default_value_t = ShardFormatArg::Consolidated)]
+    shard_format: ShardFormatArg,
+    /// Every rank reads the same batches (N ranks then match 1 rank byte for byte).
+    #[arg(long)]
+    replicate_data: bool,
+    /// Where ranks run: threads of this process, or one MPI process each (`mpirun -n N`).
+    #[arg(long, value_enum, default_value_t = Dist::Threads)]
+    dist: Dist,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ShardFormatArg {
+    /// Gathered to rank 0 and merged into one `optim.bpk`.
+    Consolidated,
+    /// Every rank writes `optim.rank-<r>-of-<n>.bpk`.
+    PerRank,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Dist {
+    /// `--ranks` threads in this process.
+    Threads,
+    /// One rank per MPI process (feature `mpi`, launched by `mpirun`).
+    Mpi,
+}
+
+/// Runs the ZeRO-1 trainer; `None` on MPI ranks other than 0 (they print nothing).
+fn run_zero(
+    args: &Args,
+    cfg: &DemoConfig,
+    on_step: &mut dyn FnMut(&StepInfo),
+) -> anyhow::Result<Option<burn_ckpt::ckpt_burn::demo::DemoReport>> {
+    use burn_ckpt::ckpt_zero::{ShardFormat, run::ZeroConfig};
+    let mut z = ZeroConfig::new(cfg.clone(), args.ranks);
+    z.shard_format = match args.shard_format {
+        ShardFormatArg::Consolidated => ShardFormat::Consolidated,
+        ShardFormatArg::PerRank => ShardFormat::PerRank,
+    };
+    z.replicate_data = args.replicate_data;
+    match args.dist {
+        Dist::Threads => Ok(Some(burn_ckpt::ckpt_zero::run::run_threads(&z, on_step)?)),
+        #[cfg(feature = "mpi")]
+        Dist::Mpi => Ok(burn_ckpt::ckpt_zero::run::run_mpi(&z, on_step)?),
+        #[cfg(not(feature = "mpi"))]
+        Dist::Mpi => bail!("--dist mpi needs a build with `--features mpi`"),
+    }
+}
+
+/// The first SIGTERM/SIGINT (0 until then).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        SIGTERM => "SIGTERM",
+        SIGINT => "SIGINT",
+        _ => "a signal",
+    }
+}
+
+/// Handles SIGTERM/SIGINT on a dedicated thread (signal-hook's self-pipe iterator): the first
+/// sets the returned flag, which the training loop checks at every step boundary, and starts a
+/// watchdog for the grace period; a second exits at once with 128 + the signal number.
+fn install_stop_handler(grace: Duration) -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .context("installing the SIGTERM/SIGINT handler")?;
+    let flag = stop.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                let name = signal_name(sig);
+                if STOP_SIGNAL
+                    .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    eprintln!(
+                        "received {name}: stopping at the next step boundary and writing a final \
+                         checkpoint (grace period {:.0} s; send it again to exit at once)",
+                        grace.as_secs_f64()
+                    );
+                    flag.store(true, Ordering::SeqCst);
+                    let _ = std::thread::Builder::new()
+                        .name("grace-watchdog".into())
+                        .spawn(move || {
+                            std::thread::sleep(grace + Duration::from_secs(2));
+                            eprintln!(
+                                "error: stopped by {name}: the grace period of {:.0} s ran out \
+                                 before the final checkpoint was durable; the checkpoints \
+                                 published before it are intact",
+                                grace.as_secs_f64()
+                            );
+                            signal_hook::low_level::exit(EXIT_GRACE_EXPIRED.into());
+                        });
+                } else {
+                    eprintln!(
+                        "received {name} again: exiting at once; an unfinished checkpoint is \
+                         not published (the newest published one is intact)"
+                    );
+                    signal_hook::low_level::exit(128 + sig);
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(stop)
 }
 
 fn backend(b: BackendArg) -> anyhow::Result<Backend> {
@@ -94,8 +269,7 @@ fn backend(b: BackendArg) -> anyhow::Result<Backend> {
     }
 }
 
-fn main_inner() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main_inner(args: Args) -> anyhow::Result<u8> {
     let mut cfg = DemoConfig::new(&args.dir);
     cfg.seed = args.seed;
     cfg.steps = args.steps;
@@ -118,6 +292,25 @@ fn main_inner() -> anyhow::Result<()> {
     cfg.init_from = args.init_from;
     cfg.abort_at_step = args.abort_at_step;
     cfg.backend = backend(args.backend)?;
+    if !(args.grace_period.is_finite() && args.grace_period >= 0.0) {
+        bail!("--grace-period must be a number of seconds, at least 0");
+    }
+    let grace = Duration::from_secs_f64(args.grace_period);
+    cfg.grace_period = Some(grace);
+    cfg.on_save_error = match args.on_save_error {
+        OnSaveError::Stop => SaveErrorPolicy::Stop,
+        OnSaveError::Continue => SaveErrorPolicy::Continue,
+    };
+    cfg.backpressure = match args.backpressure {
+        BackpressureArg::Block => Backpressure::Block,
+        BackpressureArg::Skip => Backpressure::Skip,
+        BackpressureArg::Sync => Backpressure::Sync,
+    };
+    if args.max_in_flight == 0 {
+        bail!("--max-in-flight must be at least 1");
+    }
+    cfg.max_in_flight = args.max_in_flight;
+    cfg.stop = Some(install_stop_handler(grace)?);
 
     let tty = std::io::stderr().is_terminal();
     let bar = tty.then(|| {
@@ -148,13 +341,79 @@ fn main_inner() -> anyhow::Result<()> {
             }
         }
     };
-    let report = run(&cfg, &mut on_step).context("training failed")?;
+    let report = if args.ranks > 1 || args.dist == Dist::Mpi {
+        match run_zero(&args, &cfg, &mut on_step).context("training failed")? {
+            Some(r) => r,
+            None => return Ok(0), // an MPI rank other than 0: rank 0 reports
+        }
+    } else {
+        run(&cfg, &mut on_step).context("training failed")?
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
+    if let Some(path) = &args.report {
+        let json = serde_json::to_vec_pretty(&report).context("encoding the report")?;
+        std::fs::write(path, json)
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
+    if let Some(first) = report.failed_saves.first() {
+        eprintln!(
+            "warning: {} checkpoint(s) failed and training went on (--on-save-error continue); \
+             the first: {}",
+            report.failed_saves.len(),
+            first.error
+        );
+    }
+    if let Some(stop) = &report.stopped {
+        let name = signal_name(STOP_SIGNAL.load(Ordering::SeqCst));
+        let dir = cfg.dir.join(ckpt_core::checkpoint_dir_name(stop.step));
+        return Ok(match stop.outcome {
+            StopOutcome::Saved => {
+                eprintln!(
+                    "stopped by {name} at step {}: final checkpoint {} is durable (waited \
+                     {:.0} ms); continue with --resume",
+                    stop.step,
+                    dir.display(),
+                    stop.wait_ms
+                );
+                EXIT_STOPPED
+            }
+            StopOutcome::NotSaved => {
+                eprintln!(
+                    "stopped by {name} at step {} (checkpointing is off: nothing saved)",
+                    stop.step
+                );
+                EXIT_STOPPED
+            }
+            StopOutcome::GraceExpired => {
+                let newest = ckpt_core::read_latest(&cfg.dir)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| "none".into());
+                eprintln!(
+                    "error: stopped by {name} at step {}: the grace period of {:.0} s ran out \
+                     before its checkpoint was durable; newest published checkpoint: {newest}",
+                    stop.step,
+                    grace.as_secs_f64()
+                );
+                EXIT_GRACE_EXPIRED
+            }
+        });
+    }
     let stall: f64 = report.saves.iter().map(|s| s.stall_ms).sum();
+    let mut pressure = String::new();
+    if report.skipped > 0 {
+        pressure.push_str(&format!(", {} skipped (pipeline full)", report.skipped));
+    }
+    if report.blocked_ms >= 1.0 {
+        pressure.push_str(&format!(
+            ", {:.0} ms blocked waiting for a persist slot",
+            report.blocked_ms
+        ));
+    }
     eprintln!(
-        "done: steps {}..{} in {:.1}s, {} checkpoints, total stall {:.2} ms{}",
+        "done: steps {}..{} in {:.1}s, {} checkpoints, total stall {:.2} ms{pressure}{}",
         report.start_step,
         report.final_step,
         report.wall_s,
@@ -166,17 +425,21 @@ fn main_inner() -> anyhow::Result<()> {
             .map(|p| format!(", resumed from {}", p.display()))
             .unwrap_or_default()
     );
-    if let Some(path) = &args.report {
-        let json = serde_json::to_vec_pretty(&report).context("encoding the report")?;
-        std::fs::write(path, json)
-            .with_context(|| format!("writing the report to {}", path.display()))?;
-    }
-    Ok(())
+    Ok(0)
 }
 
-fn main() -> ExitCode {
-    match main_inner() {
-        Ok(()) => ExitCode::SUCCESS,
+/// Runs the trainer with command-line `argv` (program name first); returns the exit status.
+/// `main` is this on the process's arguments; the reliability tests call it in child processes.
+pub fn cli(argv: impl IntoIterator<Item = OsString>) -> u8 {
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match main_inner(args) {
+        Ok(code) => code,
         Err(e) => {
             // One line; skip causes already contained in the message before them.
             let mut line = String::new();
@@ -189,7 +452,11 @@ fn main() -> ExitCode {
                 }
             }
             eprintln!("error: {line}");
-            ExitCode::FAILURE
+            1
         }
     }
+}
+
+fn main() -> ExitCode {
+    ExitCode::from(cli(std::env::args_os()))
 }

@@ -4,6 +4,9 @@
 //!   publication, recovery, retention, frequency policies).
 //! - [`ckpt_burn`]: the Burn 0.22.1 integration (capture at a step boundary, resumable data
 //!   loader, restore, the example trainer).
+//! - [`ckpt_zero`]: ZeRO-1 data-parallel training with sharded checkpoints over thread or MPI
+//!   collectives.
 
 pub use ckpt_burn;
 pub use ckpt_core;
+pub use ckpt_zero;

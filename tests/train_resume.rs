@@ -44,6 +44,10 @@ fn small_config(kv: &HashMap<String, String>) -> DemoConfig {
         Some("burn") => SaveMode::Burn,
         _ => SaveMode::Async,
     };
+    #[cfg(feature = "wgpu")]
+    if kv.get("backend").map(String::as_str) == Some("wgpu") {
+        cfg.backend = demo::Backend::Wgpu;
+    }
     cfg
 }
 
@@ -60,6 +64,10 @@ fn child_entry() {
         .collect();
     if let Some(ms) = kv.get("slow_persist_ms") {
         fail::cfg(ckpt_core::failpoints::RENAME, &format!("sleep({ms})")).unwrap();
+    }
+    // Holds every part back before it is encoded and written: the trainer runs on meanwhile.
+    if let Some(ms) = kv.get("hold_ms") {
+        fail::cfg(ckpt_core::failpoints::WRITE_PART, &format!("sleep({ms})")).unwrap();
     }
     let cfg = small_config(&kv);
     match demo::run(&cfg, &mut |_| {}) {
@@ -233,7 +241,7 @@ fn async_and_sync_write_identical_bytes_from_the_same_init() {
         &[
             ("steps", s(18)),
             ("init_from", s(init.display())),
-            ("slow_persist_ms", s(60)),
+            ("hold_ms", s(100)),
         ],
     );
     let rb = train_ok(
@@ -483,5 +491,76 @@ fn copy_dir(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// The CubeCL code path (the one CUDA runs) through wgpu on Mesa's lavapipe: exact resume after
+/// an abort mid-epoch and while a save is in flight, and snapshot immutability (an async
+/// snapshot whose persist is held back while training runs on writes the bytes of a blocking
+/// save at the same step). On CubeCL, records are lazy device reads and Adam's moments are
+/// updated in place when their handle is unique, so this checks that capture by handle clones
+/// really freezes the state there.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_exact_resume_and_snapshot_immutability() {
+    let tmp = tempfile::tempdir().unwrap();
+    let steps = 18u64;
+    let wgpu = ("backend", s("wgpu"));
+    let base = tmp.path().join("uninterrupted");
+    train_ok(&base, &[("steps", s(steps)), wgpu.clone()]);
+    assert_ne!(
+        std::fs::read(step_dir(&base, 12).join(MODEL_FILE)).unwrap(),
+        std::fs::read(step_dir(&base, steps).join(MODEL_FILE)).unwrap()
+    );
+
+    // Abort mid-epoch with step 12's save held in flight (it dies with the process), resume
+    // from step 6, finish: every later checkpoint equals the uninterrupted run's.
+    let dir = tmp.path().join("resumed");
+    let out = train(
+        &dir,
+        &[
+            ("steps", s(steps)),
+            ("abort_at", s(13)),
+            ("slow_persist_ms", s(3000)),
+            wgpu.clone(),
+        ],
+    );
+    assert!(!out.status.success(), "the run did not abort");
+    assert!(
+        !step_dir(&dir, 12).exists(),
+        "step 12 should have died in flight"
+    );
+    let report = train_ok(&dir, &[("steps", s(steps)), ("resume", s(1)), wgpu.clone()]);
+    assert_eq!(report["start_step"].as_u64(), Some(6));
+    for st in [12, 18] {
+        assert_same_files(&step_dir(&base, st), &step_dir(&dir, st));
+    }
+
+    // Immutability: persists slowed down so the trainer runs several steps past each snapshot
+    // before its records are read from the device.
+    let a = tmp.path().join("async-held");
+    let b = tmp.path().join("sync");
+    let init = step_dir(&base, 6).display().to_string();
+    let ra = train_ok(
+        &a,
+        &[
+            ("steps", s(steps)),
+            ("init_from", init.clone()),
+            ("hold_ms", s(300)),
+            wgpu.clone(),
+        ],
+    );
+    train_ok(
+        &b,
+        &[
+            ("steps", s(steps)),
+            ("init_from", init),
+            ("mode", s("sync")),
+            wgpu,
+        ],
+    );
+    assert_eq!(ra["saves"].as_array().unwrap().len(), 3);
+    for st in [6, 12, 18] {
+        assert_same_files(&step_dir(&a, st), &step_dir(&b, st));
     }
 }

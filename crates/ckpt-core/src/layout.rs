@@ -128,7 +128,9 @@ pub(crate) fn step_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(v)
 }
 
-fn read_manifest(dir: &Path) -> Result<Manifest> {
+/// Reads and checks (self-checksum, format) the manifest of checkpoint directory `dir`, without
+/// reading the files it lists.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST_FILE);
     let bytes = fs::read(&path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {

@@ -20,6 +20,7 @@
 //! ```
 
 mod checksum;
+mod durable;
 mod engine;
 mod error;
 pub mod failpoints;
@@ -31,6 +32,7 @@ mod publish;
 mod snapshot;
 mod staging;
 
+pub use durable::{DurableFile, write_durable_file};
 pub use engine::{
     Backpressure, Engine, EngineConfig, EngineMetrics, SaveEvent, SubmitOutcome, Summary,
 };
@@ -39,7 +41,7 @@ pub use frequency::{FrequencyController, FrequencyPolicy};
 pub use layout::{
     CheckpointInfo, CheckpointStatus, LATEST_FILE, LOCK_FILE, RecoveryReport, Retention,
     checkpoint_dir_name, garbage_collect, list_checkpoints, parse_step_dir, prune, read_latest,
-    read_part, recover, verify_checkpoint, verify_root,
+    read_manifest, read_part, recover, verify_checkpoint, verify_root,
 };
 pub use lock::RootLock;
 pub use manifest::{FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};

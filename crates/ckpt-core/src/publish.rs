@@ -116,6 +116,33 @@ impl Publisher {
                 path: path.clone(),
                 source,
             };
+            if let PartData::Adopted(durable) = part.data {
+                let adopted = (|| -> io::Result<u64> {
+                    io_failpoint!(WRITE_PART);
+                    fs::rename(&durable.path, &path)?;
+                    Ok(fs::metadata(&path)?.len())
+                })()
+                .map_err(|e| persist_err(Stage::WritePart, e))?;
+                if adopted != durable.size {
+                    return Err(persist_err(
+                        Stage::WritePart,
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "adopted file {} has {adopted} bytes, its writer reported {}",
+                                durable.path.display(),
+                                durable.size
+                            ),
+                        ),
+                    ));
+                }
+                files.push(FileEntry {
+                    name: part.name,
+                    size: adopted,
+                    xxh3: checksum::hex(durable.xxh3),
+                });
+                continue;
+            }
             let (file, digest, size) = (|| -> Result<_> {
                 let create = || -> io::Result<fs::File> {
                     io_failpoint!(WRITE_PART);
@@ -130,6 +157,9 @@ impl Publisher {
                     PartData::Bytes(b) => write_chunked(&mut w, &b),
                     PartData::Shared(b) => write_chunked(&mut w, &b),
                     PartData::Staged(b) => write_chunked(&mut w, &b),
+                    PartData::Adopted(_) => {
+                        Err(io::Error::other("adopted part reached the writer"))
+                    }
                     PartData::Producer(p) => {
                         let mut sink = ErrorMemo {
                             inner: BufWriter::with_capacity(CHUNK, &mut w),

@@ -42,6 +42,9 @@ pub enum PartData {
     Staged(StagingBuf),
     /// A producer that writes the bytes later, on the persist thread.
     Producer(Box<dyn PartProducer>),
+    /// A file already written and fsynced (by another rank, say), moved into the checkpoint
+    /// when it is published. It must be on the same filesystem as the checkpoint root.
+    Adopted(crate::DurableFile),
 }
 
 impl std::fmt::Debug for PartData {
@@ -51,6 +54,7 @@ impl std::fmt::Debug for PartData {
             PartData::Shared(b) => write!(f, "Shared({} bytes)", b.len()),
             PartData::Staged(b) => write!(f, "Staged({} bytes)", b.len()),
             PartData::Producer(_) => f.write_str("Producer"),
+            PartData::Adopted(d) => write!(f, "Adopted({})", d.path.display()),
         }
     }
 }
@@ -63,6 +67,7 @@ impl PartData {
             PartData::Shared(b) => Some(b.len() as u64),
             PartData::Staged(b) => Some(b.len() as u64),
             PartData::Producer(_) => None,
+            PartData::Adopted(d) => Some(d.size),
         }
     }
 }
@@ -155,7 +160,13 @@ impl Snapshot {
         self.with_part(name, PartData::Staged(buf))
     }
 
-    /// Adds a part written later by `producer` on the persist thread.
+    /// Adds a file already written and fsynced by [`crate::write_durable_file`]; publishing
+    /// moves it into the checkpoint directory.
+    pub fn with_adopted(self, name: impl Into<String>, file: crate::DurableFile) -> Self {
+        self.with_part(name, PartData::Adopted(file))
+    }
+
+    /// Adds a part whose bytes a producer writes on the persist thread.
     pub fn with_producer(self, name: impl Into<String>, producer: impl PartProducer) -> Self {
         self.with_part(name, PartData::Producer(Box::new(producer)))
     }

@@ -1,1 +1,24 @@
-//! ZeRO-1 sharding (filled by the ckpt-zero issue; nothing here yet).
+//! `ckpt-zero`: ZeRO-1 data-parallel training for Burn with sharded, non-stalling checkpoints.
+//!
+//! - [`collective`]: the byte-moving [`collective::Collective`] groups (threads always, MPI with
+//!   the `mpi` feature); groups are values, every call has a timeout.
+//! - [`Partition`] / [`Zero1`]: each rank owns the optimizer state of a deterministic
+//!   partition of the parameters; gradients are all-reduced on the training group, owners update
+//!   and re-broadcast their parameters.
+//! - [`ShardedSaver`]: every rank snapshots its shard at the same step; a background thread moves
+//!   it over a dedicated checkpoint group and rank 0 publishes, consolidated or per rank.
+//! - [`shards`]: merge and split optimizer records, so a checkpoint written by N ranks loads on M.
+//! - [`run`]: the example trainer on N ranks (`--ranks`, `--dist mpi`).
+
+pub mod checkpoint;
+pub mod collective;
+mod error;
+pub mod partition;
+pub mod run;
+pub mod shards;
+pub mod zero;
+
+pub use checkpoint::{ShardFormat, ShardJob, ShardOutcome, ShardedSaver};
+pub use error::{Error, Result};
+pub use partition::{ParamInfo, Partition, float_params};
+pub use zero::Zero1;

@@ -1,0 +1,420 @@
+//! Sharded checkpoints of ZeRO-1 training: every rank snapshots its optimizer shard at the same
+//! step, and a background thread per rank moves it over the dedicated checkpoint group (never
+//! the training group) and publishes it through rank 0's [`Engine`].
+//!
+//! Two layouts ([`ShardFormat`]):
+//! - **consolidated**: shards are gathered to rank 0, merged into the `optim.bpk` a single rank
+//!   would write (byte for byte), and written with the model, scheduler and trainer state;
+//! - **per-rank**: every rank writes and fsyncs `optim.rank-<r>-of-<n>.bpk` itself (under a
+//!   `.tmp-` name in the root, which start-up recovery removes if the run dies), sends its size
+//!   and checksum to rank 0, and rank 0 publishes a checkpoint that adopts every shard file.
+//!
+//! A checkpoint is published only when every rank's part is durable, and all ranks agree on
+//! the outcome (`all_agree`) before reporting it: a rank that fails or disappears makes every
+//! other rank's save fail within the group's timeout, and nothing is published for that step.
+
+use std::{
+    fmt,
+    io::Write,
+    path::{Path, PathBuf},
+    str::FromStr,
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use ckpt_burn::{
+    MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState, encode_optimizer,
+    encode_scheduler,
+};
+use ckpt_core::{DurableFile, Engine, Snapshot};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use serde::{Deserialize, Serialize};
+
+use crate::collective::Collective;
+use crate::shards::{merge_optimizer_shards, shard_file_name};
+use crate::{Error, Result};
+
+/// Failpoint: a rank's checkpoint thread dies right before the gather (for fault tests).
+pub const FP_BEFORE_GATHER: &str = "zero_before_gather";
+
+/// How sharded optimizer state is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShardFormat {
+    /// Gathered to rank 0 and merged into one `optim.bpk`.
+    #[default]
+    Consolidated,
+    /// One `optim.rank-<r>-of-<n>.bpk` per rank, written by that rank.
+    PerRank,
+}
+
+impl ShardFormat {
+    /// The layout name recorded in the manifest.
+    pub fn layout(self) -> &'static str {
+        match self {
+            ShardFormat::Consolidated => "consolidated",
+            ShardFormat::PerRank => "per-rank",
+        }
+    }
+}
+
+impl fmt::Display for ShardFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.layout())
+    }
+}
+
+impl FromStr for ShardFormat {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "consolidated" => Ok(ShardFormat::Consolidated),
+            "per-rank" => Ok(ShardFormat::PerRank),
+            other => Err(Error::Config(format!(
+                "unknown shard format {other:?} (consolidated or per-rank)"
+            ))),
+        }
+    }
+}
+
+/// What one rank captured at a step boundary: handle clones, encoded in the background.
+pub struct ShardJob<M> {
+    /// The model (rank 0 only; it writes `model.bpk`).
+    pub model: Option<M>,
+    /// This rank's optimizer (its shard of the state), cloned.
+    pub optim: ModuleOptimizer,
+    /// The scheduler record.
+    pub scheduler: LrSchedulerRecord,
+    /// Step, epoch, data cursor, seed.
+    pub trainer: TrainerState,
+}
+
+/// The outcome of one sharded save, as this rank saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardOutcome {
+    /// Step.
+    pub step: u64,
+    /// Bytes this rank wrote or sent (rank 0: the whole checkpoint).
+    pub bytes: u64,
+    /// From the start of the background work to agreement.
+    pub persist: Duration,
+}
+
+/// A rank's background checkpoint thread.
+pub struct ShardedSaver<M> {
+    tx: Option<Sender<ShardJob<M>>>,
+    done: Receiver<Result<ShardOutcome>>,
+    thread: Option<JoinHandle<()>>,
+    in_flight: usize,
+    finished: Vec<ShardOutcome>,
+}
+
+impl<M> fmt::Debug for ShardedSaver<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardedSaver")
+            .field("in_flight", &self.in_flight)
+            .finish()
+    }
+}
+
+struct Worker {
+    group: Box<dyn Collective>,
+    format: ShardFormat,
+    root: PathBuf,
+    engine: Option<Engine>,
+}
+
+#[derive(Serialize, Deserialize)]
+enum ShardReport {
+    Written { size: u64, xxh3: u64 },
+    Failed(String),
+}
+
+fn staged_shard_path(root: &Path, step: u64, rank: usize, world: usize) -> PathBuf {
+    root.join(format!(
+        ".tmp-shard-{step:08}-{}",
+        shard_file_name(rank, world)
+    ))
+}
+
+impl<M: Module + 'static> ShardedSaver<M> {
+    /// Starts the background thread. `group` must be the dedicated checkpoint group; `engine`
+    /// is rank 0's (it owns the root), `None` on the other ranks.
+    pub fn start(
+        group: Box<dyn Collective>,
+        format: ShardFormat,
+        root: PathBuf,
+        engine: Option<Engine>,
+    ) -> Result<Self> {
+        if (group.rank() == 0) != engine.is_some() {
+            return Err(Error::Config(
+                "exactly rank 0 of the checkpoint group owns the engine".into(),
+            ));
+        }
+        let (tx, rx) = crossbeam_channel::bounded::<ShardJob<M>>(1);
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        let mut worker = Worker {
+            group,
+            format,
+            root,
+            engine,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("ckpt-zero-rank-{}", worker.group.rank()))
+            .spawn(move || {
+                for job in rx {
+                    let r = worker.save(job);
+                    let failed = r.is_err();
+                    if done_tx.send(r).is_err() || failed {
+                        break;
+                    }
+                }
+                if let Some(e) = worker.engine.take() {
+                    let _ = e.finish();
+                }
+            })
+            .map_err(|e| Error::Rank {
+                rank: 0,
+                reason: format!("cannot start the checkpoint thread: {e}"),
+            })?;
+        Ok(Self {
+            tx: Some(tx),
+            done,
+            thread: Some(thread),
+            in_flight: 0,
+            finished: Vec::new(),
+        })
+    }
+
+    /// Saves being persisted.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Hands a captured shard to the background thread. Blocks while the previous save is
+    /// still being persisted (one in flight), and returns its error if it failed.
+    pub fn submit(&mut self, job: ShardJob<M>) -> Result<()> {
+        while self.in_flight > 0 {
+            self.wait_one()?;
+        }
+        let tx = self.tx.as_ref().ok_or_else(|| gone("submit"))?;
+        tx.send(job).map_err(|_| gone("submit"))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn wait_one(&mut self) -> Result<()> {
+        match self.done.recv() {
+            Ok(r) => {
+                self.in_flight -= 1;
+                self.finished.push(r?);
+                Ok(())
+            }
+            Err(_) => Err(gone("wait")),
+        }
+    }
+
+    /// Outcomes of saves finished since the last call (non-blocking); a failed save's error.
+    pub fn poll(&mut self) -> Result<Vec<ShardOutcome>> {
+        loop {
+            match self.done.try_recv() {
+                Ok(r) => {
+                    self.in_flight -= 1;
+                    self.finished.push(r?);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) if self.in_flight == 0 => break,
+                Err(TryRecvError::Disconnected) => return Err(gone("poll")),
+            }
+        }
+        Ok(std::mem::take(&mut self.finished))
+    }
+
+    /// Waits for every save, stops the thread, and returns the outcomes not yet polled.
+    pub fn finish(mut self) -> Result<Vec<ShardOutcome>> {
+        while self.in_flight > 0 {
+            self.wait_one()?;
+        }
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| gone("finish"))?;
+        }
+        Ok(std::mem::take(&mut self.finished))
+    }
+}
+
+fn gone(op: &str) -> Error {
+    Error::Rank {
+        rank: 0,
+        reason: format!("the checkpoint thread is gone ({op})"),
+    }
+}
+
+impl Worker {
+    fn save<M: Module + 'static>(&mut self, job: ShardJob<M>) -> Result<ShardOutcome> {
+        let t0 = Instant::now();
+        let rank = self.group.rank();
+        let world = self.group.size();
+        let step = job.trainer.step;
+        let shard = encode_optimizer(&job.optim)?;
+        drop(job.optim);
+        fail::fail_point!(FP_BEFORE_GATHER, |_| Err(Error::Rank {
+            rank,
+            reason: format!("failpoint {FP_BEFORE_GATHER} at step {step}"),
+        }));
+        let (local, bytes): (Result<u64>, u64) = match self.format {
+            ShardFormat::Consolidated => {
+                let sent = shard.len() as u64;
+                let gathered = self.group.gather(0, &shard)?;
+                drop(shard);
+                match gathered {
+                    Some(shards) => {
+                        let named = shards
+                            .into_iter()
+                            .enumerate()
+                            .map(|(r, b)| (format!("rank {r} of {world}"), b))
+                            .collect();
+                        let r = merge_optimizer_shards(named).and_then(|merged| {
+                            let snap =
+                                self.base_snapshot(&job.trainer, job.model, job.scheduler)?;
+                            self.publish(snap.with_bytes(OPTIM_FILE, merged))
+                        });
+                        (r, 0)
+                    }
+                    None => (Ok(sent), sent),
+                }
+            }
+            ShardFormat::PerRank => {
+                let path = staged_shard_path(&self.root, step, rank, world);
+                let _ = std::fs::remove_file(&path);
+                let written = ckpt_core::write_durable_file(&path, |w| w.write_all(&shard));
+                drop(shard);
+                let report = match &written {
+                    Ok(d) => ShardReport::Written {
+                        size: d.size,
+                        xxh3: d.xxh3,
+                    },
+                    Err(e) => ShardReport::Failed(format!("{}: {e}", path.display())),
+                };
+                let msg = bincode::serde::encode_to_vec(&report, bincode::config::standard())
+                    .map_err(|e| Error::Config(e.to_string()))?;
+                let sent = written.as_ref().map(|d| d.size).unwrap_or(0);
+                match self.group.gather(0, &msg)? {
+                    Some(reports) => {
+                        let r =
+                            self.publish_per_rank(&job.trainer, job.model, job.scheduler, reports);
+                        if r.is_err() {
+                            for q in 0..world {
+                                let _ = std::fs::remove_file(staged_shard_path(
+                                    &self.root, step, q, world,
+                                ));
+                            }
+                        }
+                        (r, 0)
+                    }
+                    None => (
+                        written.map(|d| d.size).map_err(|e| Error::Shard {
+                            file: path.clone(),
+                            reason: e.to_string(),
+                        }),
+                        sent,
+                    ),
+                }
+            }
+        };
+        let agreed = self.group.all_agree(local.is_ok())?;
+        match (local, agreed) {
+            (Ok(total), true) => Ok(ShardOutcome {
+                step,
+                bytes: if rank == 0 { total } else { bytes },
+                persist: t0.elapsed(),
+            }),
+            (Err(e), _) => Err(Error::NotPublished {
+                step,
+                reason: format!("rank {rank}: {e}"),
+            }),
+            (Ok(_), false) => Err(Error::NotPublished {
+                step,
+                reason: "another rank failed".into(),
+            }),
+        }
+    }
+
+    fn base_snapshot<M: Module + 'static>(
+        &self,
+        trainer: &TrainerState,
+        model: Option<M>,
+        scheduler: LrSchedulerRecord,
+    ) -> Result<Snapshot> {
+        let model = model.ok_or_else(|| Error::Config("rank 0 captured no model".into()))?;
+        let world = self.group.size() as u32;
+        let model_part = move |sink: &mut dyn Write| -> std::result::Result<
+            (),
+            Box<dyn std::error::Error + Send + Sync>,
+        > {
+            let bytes = model.into_record().into_bytes()?;
+            sink.write_all(&bytes)?;
+            Ok(())
+        };
+        Ok(Snapshot::new(trainer.step)
+            .with_epoch(trainer.epoch)
+            .with_layout(world, self.format.layout())
+            .with_producer(MODEL_FILE, model_part)
+            .with_bytes(SCHEDULER_FILE, encode_scheduler(scheduler)?)
+            .with_bytes(TRAINER_FILE, trainer.to_bytes()))
+    }
+
+    fn publish(&mut self, snap: Snapshot) -> Result<u64> {
+        let engine = self
+            .engine
+            .as_mut()
+            .ok_or_else(|| Error::Config("only rank 0 publishes".into()))?;
+        engine.submit(snap)?;
+        let events = engine.wait_idle()?;
+        Ok(events.iter().map(|e| e.bytes).sum())
+    }
+
+    fn publish_per_rank<M: Module + 'static>(
+        &mut self,
+        trainer: &TrainerState,
+        model: Option<M>,
+        scheduler: LrSchedulerRecord,
+        reports: Vec<Vec<u8>>,
+    ) -> Result<u64> {
+        let world = self.group.size();
+        let step = trainer.step;
+        let mut snap = self.base_snapshot(trainer, model, scheduler)?;
+        for (r, msg) in reports.into_iter().enumerate() {
+            let file = staged_shard_path(&self.root, step, r, world);
+            let report: ShardReport =
+                bincode::serde::decode_from_slice(&msg, bincode::config::standard())
+                    .map(|(v, _)| v)
+                    .map_err(|e| Error::Shard {
+                        file: file.clone(),
+                        reason: format!("undecodable report from rank {r}: {e}"),
+                    })?;
+            match report {
+                ShardReport::Written { size, xxh3 } => {
+                    snap = snap.with_adopted(
+                        shard_file_name(r, world),
+                        DurableFile {
+                            path: file,
+                            size,
+                            xxh3,
+                        },
+                    );
+                }
+                ShardReport::Failed(reason) => {
+                    return Err(Error::Shard {
+                        file,
+                        reason: format!("rank {r} could not write its shard: {reason}"),
+                    });
+                }
+            }
+        }
+        self.publish(snap)
+    }
+}

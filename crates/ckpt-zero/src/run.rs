@@ -1,0 +1,353 @@
+//! The example trainer on N ranks with ZeRO-1: threads in this process ([`run_threads`]) or
+//! MPI processes ([`run_mpi`], feature `mpi`). It trains the same model on the same data as
+//! `ckpt_burn::demo::run` and checkpoints through [`ShardedSaver`] at the same steps.
+//!
+//! Burn's backend RNG is process-global, so with rank threads each rank seeds it and runs its
+//! forward and backward pass under one process-wide lock: every rank draws exactly the dropout
+//! masks a single rank would. With `replicate_data`, every rank reads the same batches, so N
+//! ranks train exactly like one and write the same bytes.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use burn::data::dataset::InMemDataset;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::optim::GradientsParams;
+use burn::tensor::Bytes;
+use ckpt_burn::demo::{
+    DemoConfig, DemoReport, Frequency, Mlp, SampleBatcher, SaveRecord, StepInfo, optimizer,
+    scheduler, synthetic_dataset,
+};
+use ckpt_burn::{
+    DataCursor, ResumableDataLoader, TrainerState, assign_param_ids, load_model, load_scheduler,
+    load_trainer_state, mix_seed, step_seed,
+};
+use ckpt_core::{Engine, EngineConfig, Retention};
+
+use crate::collective::{Collective, ThreadGroup};
+use crate::shards::{filter_optimizer, read_full_optimizer};
+use crate::{Error, Result, ShardFormat, ShardJob, ShardedSaver, Zero1};
+
+/// Serializes seeding + forward/backward across rank threads (the backend RNG is global).
+static RNG_LOCK: Mutex<()> = Mutex::new(());
+
+/// Settings of a multi-rank run.
+#[derive(Debug, Clone)]
+pub struct ZeroConfig {
+    /// The single-rank settings (model, data, steps, checkpointing, resume).
+    pub demo: DemoConfig,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// How optimizer shards are written.
+    pub shard_format: ShardFormat,
+    /// Every rank reads the same batches (N ranks then match 1 rank byte for byte); otherwise
+    /// each rank shuffles with its own seed.
+    pub replicate_data: bool,
+    /// Deadline of every collective call.
+    pub timeout: Duration,
+}
+
+impl ZeroConfig {
+    /// `ranks` ranks over `demo`, consolidated shards, replicated data, 60 s timeout.
+    pub fn new(demo: DemoConfig, ranks: usize) -> Self {
+        Self {
+            demo,
+            ranks,
+            shard_format: ShardFormat::Consolidated,
+            replicate_data: true,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.ranks == 0 {
+            return Err(Error::Config("--ranks must be at least 1".into()));
+        }
+        if self.demo.steps == 0 {
+            return Err(Error::Config("--steps must be at least 1".into()));
+        }
+        if let Frequency::OverheadBudget(_) = self.demo.frequency {
+            return Err(Error::Config(
+                "--overhead-budget is not supported with ZeRO ranks yet; use --save-every".into(),
+            ));
+        }
+        if self.demo.save_mode != ckpt_burn::demo::SaveMode::Async {
+            return Err(Error::Config(
+                "ZeRO ranks checkpoint with --save-mode async only".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Opens rank 0's engine (recovery under the root lock) and finds the checkpoint to resume.
+fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
+    let d = &cfg.demo;
+    if matches!(d.frequency, Frequency::EverySteps(0)) {
+        let latest = if d.resume {
+            ckpt_burn::latest_valid(&d.dir)?
+        } else {
+            None
+        };
+        return Ok((None, latest));
+    }
+    let mut ec = EngineConfig::new(&d.dir);
+    if let Some(k) = d.keep_last {
+        ec = ec.retention(Retention::keep_last(k.max(1)));
+    }
+    let (engine, report) = Engine::open(ec)?;
+    for (p, why) in &report.quarantined {
+        tracing::warn!(path = %p.display(), reason = %why, "skipped an invalid checkpoint");
+    }
+    Ok((Some(engine), report.latest.map(|c| c.path)))
+}
+
+/// Runs `cfg.ranks` ranks as threads of this process; returns rank 0's report.
+pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
+    cfg.validate()?;
+    let (engine, latest) = open_engine(cfg)?;
+    let mut groups = ThreadGroup::new(cfg.ranks, cfg.timeout).into_iter();
+    let g0 = groups
+        .next()
+        .ok_or_else(|| Error::Config("no ranks".into()))?;
+    std::thread::scope(|s| {
+        let mut handles = Vec::new();
+        for g in groups {
+            let latest = latest.clone();
+            let rank = g.rank();
+            let h = std::thread::Builder::new()
+                .name(format!("zero-rank-{rank}"))
+                .spawn_scoped(s, move || {
+                    run_rank(cfg, Box::new(g), None, latest, &mut |_| {})
+                })
+                .map_err(|e| Error::Rank {
+                    rank,
+                    reason: e.to_string(),
+                })?;
+            handles.push((rank, h));
+        }
+        let r0 = run_rank(cfg, Box::new(g0), engine, latest.clone(), progress);
+        let mut first_err = r0.as_ref().err().map(|e| e.to_string());
+        for (rank, h) in handles {
+            let r = h.join().map_err(|_| Error::Rank {
+                rank,
+                reason: "panicked".into(),
+            });
+            if let Err(e) | Ok(Err(e)) = r.map(|x| x.map(|_| ())) {
+                first_err.get_or_insert(format!("rank {rank}: {e}"));
+            }
+        }
+        match (r0, first_err) {
+            (Ok(report), None) => Ok(report),
+            (Err(e), _) => Err(e),
+            (Ok(_), Some(e)) => Err(Error::Rank { rank: 0, reason: e }),
+        }
+    })
+}
+
+/// Runs this MPI process as one rank of `mpirun -n N`; rank 0 returns its report, the other
+/// ranks `None`. `cfg.ranks` is ignored (the MPI world size rules).
+#[cfg(feature = "mpi")]
+pub fn run_mpi(
+    cfg: &ZeroConfig,
+    progress: &mut dyn FnMut(&StepInfo),
+) -> Result<Option<DemoReport>> {
+    let mut world = crate::collective::mpi::MpiGroup::world(cfg.timeout)?;
+    let mut cfg = cfg.clone();
+    cfg.ranks = world.size();
+    cfg.validate()?;
+    let rank = world.rank();
+    let (engine, latest) = if rank == 0 {
+        open_engine(&cfg)?
+    } else {
+        (None, None)
+    };
+    // Everyone resumes from the checkpoint rank 0 recovered.
+    let mut path = latest
+        .map(|p| p.to_string_lossy().into_owned().into_bytes())
+        .unwrap_or_default();
+    world.broadcast(0, &mut path)?;
+    let latest =
+        (!path.is_empty()).then(|| PathBuf::from(String::from_utf8_lossy(&path).into_owned()));
+    let report = run_rank(&cfg, Box::new(world), engine, latest, progress)?;
+    Ok((rank == 0).then_some(report))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// One rank's training loop.
+fn run_rank(
+    cfg: &ZeroConfig,
+    mut group: Box<dyn Collective>,
+    engine: Option<Engine>,
+    latest: Option<PathBuf>,
+    progress: &mut dyn FnMut(&StepInfo),
+) -> Result<DemoReport> {
+    let wall = Instant::now();
+    let d = &cfg.demo;
+    let rank = group.rank();
+    let world = group.size();
+    // The checkpoint group: created first, in the same order on every rank.
+    let ckpt_group = group.split()?;
+    let device = d.backend.device().autodiff();
+
+    let mut model = {
+        let _g = RNG_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        device.seed(d.seed);
+        assign_param_ids(Mlp::new(d.hidden, d.layers, d.dropout, &device), d.seed)
+    };
+    let mut optim = optimizer();
+    let mut sched = scheduler(d.lr)?;
+    let shuffle_seed = if cfg.replicate_data {
+        d.seed
+    } else {
+        mix_seed(&[d.seed, rank as u64, 0x2a4b])
+    };
+    let dataset = Arc::new(InMemDataset::new(synthetic_dataset(
+        d.dataset_size,
+        d.seed ^ 0xda7a,
+    )));
+    let loader = ResumableDataLoader::new(
+        dataset,
+        Arc::new(SampleBatcher),
+        d.batch_size,
+        shuffle_seed,
+        device.clone(),
+    )?;
+
+    let mut report = DemoReport {
+        save_mode: Some(d.save_mode),
+        ..Default::default()
+    };
+    let mut start = 0;
+    let partition = crate::Partition::of(&model, world);
+    match (d.resume, &latest) {
+        (true, Some(dir)) => {
+            model = load_model(dir, model)?;
+            let full = read_full_optimizer(dir)?;
+            let mine = filter_optimizer(&dir.display().to_string(), full, |id| {
+                partition.owns(rank, id)
+            })?;
+            optim = optim
+                .from_bytes(Bytes::from_bytes_vec(mine))
+                .map_err(|e| Error::Shard {
+                    file: dir.join(ckpt_burn::OPTIM_FILE),
+                    reason: e.to_string(),
+                })?;
+            sched = load_scheduler(dir, sched)?;
+            let t = load_trainer_state(dir)?;
+            if t.base_seed != d.seed {
+                return Err(Error::Config(format!(
+                    "{} was written with --seed {}, not {}",
+                    dir.display(),
+                    t.base_seed,
+                    d.seed
+                )));
+            }
+            loader.set_cursor(DataCursor {
+                shuffle_seed,
+                ..t.cursor
+            })?;
+            start = t.step;
+            report.resumed_from = Some(dir.clone());
+        }
+        _ => {
+            if let Some(init) = &d.init_from {
+                model = load_model(init, model)?;
+            }
+        }
+    }
+    report.start_step = start;
+
+    let every = match d.frequency {
+        Frequency::EverySteps(n) => n,
+        Frequency::OverheadBudget(_) => 0,
+    };
+    let mut zero = Zero1::new(&model, group);
+    let mut saver = if every > 0 {
+        Some(ShardedSaver::start(
+            ckpt_group,
+            cfg.shard_format,
+            d.dir.clone(),
+            engine,
+        )?)
+    } else {
+        None
+    };
+    let mut stalls: BTreeMap<u64, Duration> = BTreeMap::new();
+    let mut outcomes = Vec::new();
+    let mse = MseLoss::new();
+
+    for step in start + 1..=d.steps {
+        let t_step = Instant::now();
+        let (epoch, loss_value, grads) = {
+            let _g = RNG_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            device.seed(step_seed(d.seed, step));
+            let (epoch, batch) = loader.next_batch()?;
+            let out = model.forward(batch.x);
+            let loss = mse.forward(out, batch.y, Reduction::Mean);
+            let loss_value = loss.clone().try_into_scalar::<f32>().ok();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            (epoch, loss_value, grads)
+        };
+        let lr = sched.step();
+        model = zero.step(&mut optim, lr, model, grads)?;
+        report.step_ms.push(ms(t_step.elapsed()));
+        report.final_loss = loss_value;
+
+        if let Some(saver) = saver.as_mut() {
+            if step % every == 0 || step == d.steps {
+                let t0 = Instant::now();
+                let cursor = loader.cursor();
+                saver.submit(ShardJob {
+                    model: (rank == 0).then(|| model.clone()),
+                    optim: optim.clone(),
+                    scheduler: sched.to_record(),
+                    trainer: TrainerState::new(
+                        step,
+                        DataCursor {
+                            shuffle_seed: d.seed,
+                            ..cursor
+                        },
+                        d.seed,
+                    ),
+                })?;
+                stalls.insert(step, t0.elapsed());
+            }
+            outcomes.extend(saver.poll()?);
+        }
+        progress(&StepInfo {
+            step,
+            steps: d.steps,
+            epoch,
+            loss: loss_value.unwrap_or(f32::NAN),
+            published: outcomes.len(),
+            in_flight: saver.as_ref().map(|s| s.in_flight()).unwrap_or(0),
+        });
+        if d.abort_at_step == Some(step) {
+            std::process::abort();
+        }
+    }
+    if let Some(saver) = saver {
+        outcomes.extend(saver.finish()?);
+    }
+    for o in &outcomes {
+        report.saves.push(SaveRecord {
+            step: o.step,
+            stall_ms: ms(stalls.get(&o.step).copied().unwrap_or_default()),
+            persist_ms: Some(ms(o.persist)),
+            bytes: o.bytes,
+            blocked_ms: 0.0,
+        });
+    }
+    report.interval = (every > 0).then_some(every);
+    report.final_step = d.steps.max(start);
+    report.wall_s = wall.elapsed().as_secs_f64();
+    Ok(report)
+}

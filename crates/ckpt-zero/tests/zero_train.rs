@@ -1,0 +1,162 @@
+//! ZeRO-1 training and sharded checkpoints end to end, on rank threads: N ranks write the same
+//! bytes as one, per-rank checkpoints reshard on load (4 to 2 and 1, 2 to 4) and continue to the
+//! same bytes, and checkpoint traffic runs beside training traffic.
+
+use std::path::{Path, PathBuf};
+
+use ckpt_burn::demo::{self, DemoConfig, Frequency};
+use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
+use ckpt_zero::ShardFormat;
+use ckpt_zero::run::{ZeroConfig, run_threads};
+use ckpt_zero::shards::shard_file_name;
+
+fn cfg(dir: &Path, ranks: usize, steps: u64) -> ZeroConfig {
+    let mut d = DemoConfig::new(dir);
+    d.hidden = 32;
+    d.layers = 2;
+    d.batch_size = 8;
+    d.dataset_size = 100;
+    d.dropout = 0.2;
+    d.keep_last = None;
+    d.steps = steps;
+    d.seed = 11;
+    d.frequency = Frequency::EverySteps(4);
+    let mut z = ZeroConfig::new(d, ranks);
+    z.timeout = std::time::Duration::from_secs(30);
+    z
+}
+
+fn step_dir(root: &Path, step: u64) -> PathBuf {
+    root.join(ckpt_core::checkpoint_dir_name(step))
+}
+
+fn read(dir: &Path, f: &str) -> Vec<u8> {
+    std::fs::read(dir.join(f)).unwrap_or_else(|e| panic!("{}: {e}", dir.join(f).display()))
+}
+
+fn assert_same(a: &Path, b: &Path, files: &[&str]) {
+    for f in files {
+        assert!(
+            read(a, f) == read(b, f),
+            "{f} differs: {} vs {}",
+            a.display(),
+            b.display()
+        );
+    }
+}
+
+const ALL: [&str; 4] = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE];
+
+#[test]
+fn two_and_four_ranks_write_the_bytes_of_one_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut roots = Vec::new();
+    for ranks in [1, 2, 4] {
+        let root = tmp.path().join(format!("r{ranks}"));
+        let report = run_threads(&cfg(&root, ranks, 12), &mut |_| {}).unwrap();
+        assert_eq!(report.saves.len(), 3, "ranks {ranks}");
+        roots.push(root);
+    }
+    // The plain single-device trainer, for reference: ZeRO on one rank changes nothing.
+    let plain = tmp.path().join("plain");
+    let mut d = cfg(&plain, 1, 12).demo;
+    d.dir = plain.clone();
+    demo::run(&d, &mut |_| {}).unwrap();
+    assert_ne!(
+        read(&step_dir(&roots[0], 4), MODEL_FILE),
+        read(&step_dir(&roots[0], 12), MODEL_FILE)
+    );
+    for step in [4, 8, 12] {
+        for r in &roots[1..] {
+            assert_same(&step_dir(&roots[0], step), &step_dir(r, step), &ALL);
+        }
+        assert_same(&step_dir(&roots[0], step), &step_dir(&plain, step), &ALL);
+        let m = ckpt_core::verify_checkpoint(&step_dir(&roots[2], step)).unwrap();
+        assert_eq!((m.world_size, m.layout.as_str()), (4, "consolidated"));
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let p = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &p);
+        } else {
+            std::fs::copy(e.path(), p).unwrap();
+        }
+    }
+}
+
+#[test]
+fn per_rank_checkpoints_reshard_on_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Reference: one rank, consolidated, uninterrupted to 16.
+    let base = tmp.path().join("base");
+    run_threads(&cfg(&base, 1, 16), &mut |_| {}).unwrap();
+
+    for (from, tos) in [(4usize, vec![2usize, 1]), (2, vec![4])] {
+        let src = tmp.path().join(format!("per-rank-{from}"));
+        let mut c = cfg(&src, from, 8);
+        c.shard_format = ShardFormat::PerRank;
+        run_threads(&c, &mut |_| {}).unwrap();
+        let dir = step_dir(&src, 8);
+        let m = ckpt_core::verify_checkpoint(&dir).unwrap();
+        assert_eq!(
+            (m.world_size as usize, m.layout.as_str()),
+            (from, "per-rank")
+        );
+        assert!(m.file(OPTIM_FILE).is_none());
+        for r in 0..from {
+            assert!(
+                m.file(&shard_file_name(r, from)).is_some(),
+                "rank {r}'s shard"
+            );
+        }
+        // No staged shard is left behind.
+        let leftovers: Vec<_> = std::fs::read_dir(&src)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        // The merged shards are the consolidated record of the same step.
+        assert_eq!(
+            ckpt_zero::shards::read_full_optimizer(&dir).unwrap(),
+            read(&step_dir(&base, 8), OPTIM_FILE)
+        );
+
+        for to in tos {
+            let root = tmp.path().join(format!("{from}-to-{to}"));
+            copy_dir(&src, &root);
+            let mut c = cfg(&root, to, 16);
+            c.demo.resume = true;
+            let report = run_threads(&c, &mut |_| {}).unwrap();
+            assert_eq!(report.start_step, 8, "{from} -> {to}");
+            for step in [12, 16] {
+                assert_same(&step_dir(&base, step), &step_dir(&root, step), &ALL);
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = cfg(tmp.path(), 0, 4);
+    assert!(
+        run_threads(&c, &mut |_| {})
+            .unwrap_err()
+            .to_string()
+            .contains("--ranks")
+    );
+    c.ranks = 2;
+    c.demo.frequency = Frequency::OverheadBudget(0.05);
+    assert!(
+        run_threads(&c, &mut |_| {})
+            .unwrap_err()
+            .to_string()
+            .contains("overhead")
+    );
+}
