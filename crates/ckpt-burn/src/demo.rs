@@ -16,7 +16,10 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -31,7 +34,10 @@ use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
 use burn::store::ModuleRecord;
 use burn::tensor::{Device, Tensor};
 use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
-use ckpt_core::{Engine, EngineConfig, FrequencyController, FrequencyPolicy, Retention, SaveEvent};
+use ckpt_core::{
+    Backpressure, Engine, EngineConfig, FrequencyController, FrequencyPolicy, Retention, SaveEvent,
+    SubmitOutcome,
+};
 use serde::Serialize;
 
 use crate::{
@@ -156,6 +162,19 @@ pub enum Frequency {
     OverheadBudget(f64),
 }
 
+/// What the trainer does when a checkpoint fails to persist (disk full, I/O error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveErrorPolicy {
+    /// Stop training and return the error (it names the step and the file).
+    #[default]
+    Stop,
+    /// Count the failed save in [`DemoReport::failed_saves`] and keep training; later saves
+    /// are attempted as usual. A failure of the run's final checkpoint still stops the run
+    /// with the error, since nothing would be left to resume the last steps from.
+    Continue,
+}
+
 /// The compute backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -212,6 +231,21 @@ pub struct DemoConfig {
     pub abort_at_step: Option<u64>,
     /// Backend.
     pub backend: Backend,
+    /// Cooperative stop request (e.g. set by a SIGTERM handler). Checked at every step
+    /// boundary: once set, the run checkpoints the step just completed (unless checkpointing
+    /// is off), waits for it to be durable (bounded by `grace_period`) and returns with
+    /// [`DemoReport::stopped`] filled in.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Longest wait for the final checkpoint after a stop request (`None`: wait as long as it
+    /// takes). When it runs out, `run` returns at once with [`StopOutcome::GraceExpired`];
+    /// the unfinished save keeps going on a background thread until the process exits.
+    pub grace_period: Option<Duration>,
+    /// What to do when a checkpoint fails to persist.
+    pub on_save_error: SaveErrorPolicy,
+    /// Checkpoints persisting at once (the engine's bound; at least 1).
+    pub max_in_flight: usize,
+    /// What a save does when `max_in_flight` are already persisting.
+    pub backpressure: Backpressure,
 }
 
 impl DemoConfig {
@@ -234,6 +268,11 @@ impl DemoConfig {
             init_from: None,
             abort_at_step: None,
             backend: Backend::Flex,
+            stop: None,
+            grace_period: None,
+            on_save_error: SaveErrorPolicy::Stop,
+            max_in_flight: 1,
+            backpressure: Backpressure::Block,
         }
     }
 
@@ -253,6 +292,41 @@ pub struct SaveRecord {
     pub persist_ms: Option<f64>,
     /// Bytes written.
     pub bytes: u64,
+    /// Part of `stall_ms` spent waiting for a free persist slot (backpressure `block`).
+    pub blocked_ms: f64,
+}
+
+/// A checkpoint that failed to persist (kept going under [`SaveErrorPolicy::Continue`]).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailedSave {
+    /// Step of the failed checkpoint.
+    pub step: Option<u64>,
+    /// The error, naming the step, the protocol stage and the file.
+    pub error: String,
+}
+
+/// How a stopped run ended.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopOutcome {
+    /// The checkpoint of the stop step (and every earlier one) is durable and published.
+    Saved,
+    /// The grace period ran out before the final checkpoint was durable; the checkpoints
+    /// published before it are intact.
+    GraceExpired,
+    /// Checkpointing is off: nothing was saved.
+    NotSaved,
+}
+
+/// Why and where a run stopped before its last step (a stop request, e.g. SIGTERM).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StopReport {
+    /// Step boundary the run stopped at (its checkpoint is the final one).
+    pub step: u64,
+    /// Whether the final checkpoint was made durable in time.
+    pub outcome: StopOutcome,
+    /// Time spent waiting for in-flight checkpoints after the stop.
+    pub wait_ms: f64,
 }
 
 /// What a run did (written as JSON by `--report`).
@@ -276,8 +350,20 @@ pub struct DemoReport {
     pub final_loss: Option<f32>,
     /// Save mode.
     pub save_mode: Option<SaveMode>,
-    /// Checkpoints skipped or failed (none expected).
+    /// Checkpoints dropped by the `skip` backpressure policy.
     pub skipped: u64,
+    /// Checkpoints that failed to persist (only under [`SaveErrorPolicy::Continue`]).
+    pub failed_saves: Vec<FailedSave>,
+    /// Total time saves waited for a free persist slot (backpressure `block`).
+    pub blocked_ms: f64,
+    /// Configured bound on checkpoints persisting at once.
+    pub max_in_flight: usize,
+    /// Most checkpoints seen persisting at once (sampled after every submit and step).
+    pub max_in_flight_seen: usize,
+    /// Backpressure policy in force.
+    pub backpressure: Option<Backpressure>,
+    /// Set when a stop request ended the run early.
+    pub stopped: Option<StopReport>,
 }
 
 /// Progress information passed to the callback after every step.
@@ -354,11 +440,13 @@ impl BurnCheckpointers {
     }
 }
 
-fn optimizer() -> ModuleOptimizer {
+/// The demo's optimizer: AdamW with weight decay 0.01.
+pub fn optimizer() -> ModuleOptimizer {
     AdamWConfig::new().with_weight_decay(1e-2).init()
 }
 
-fn scheduler(lr: f64) -> Result<ModuleLrScheduler> {
+/// The demo's LR schedule: cosine annealing from `lr` to `0.05 * lr` over [`SCHEDULE_ITERS`].
+pub fn scheduler(lr: f64) -> Result<ModuleLrScheduler> {
     CosineAnnealingLrSchedulerConfig::new(lr, SCHEDULE_ITERS)
         .with_min_lr(lr * 0.05)
         .init()
@@ -367,6 +455,67 @@ fn scheduler(lr: f64) -> Result<ModuleLrScheduler> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// Applies [`SaveErrorPolicy`] to an engine error. Under `Continue`, a failed persist that
+/// does not lose the run's final checkpoint is recorded and training goes on; everything else
+/// (including every error under `Stop`) is returned.
+fn save_failed(
+    cfg: &DemoConfig,
+    report: &mut DemoReport,
+    err: ckpt_core::Error,
+    final_step: u64,
+) -> Result<()> {
+    use ckpt_core::Error as E;
+    let save_error = matches!(
+        err,
+        E::Persist { .. } | E::Producer { .. } | E::Retention { .. }
+    );
+    // A retention failure comes after publication: the checkpoint itself is there.
+    let loses_final = err.step() == Some(final_step) && !matches!(err, E::Retention { .. });
+    if cfg.on_save_error == SaveErrorPolicy::Continue && save_error && !loses_final {
+        tracing::warn!(error = %err, "checkpoint failed; training continues");
+        report.failed_saves.push(FailedSave {
+            step: err.step(),
+            error: err.to_string(),
+        });
+        return Ok(());
+    }
+    Err(err.into())
+}
+
+/// Non-blocking: published events, with failed saves passed through the policy.
+fn poll_saves(
+    e: &mut Engine,
+    cfg: &DemoConfig,
+    report: &mut DemoReport,
+    final_step: u64,
+) -> Result<Vec<SaveEvent>> {
+    loop {
+        match e.poll() {
+            Ok(evs) => return Ok(evs),
+            Err(err) => save_failed(cfg, report, err, final_step)?,
+        }
+    }
+}
+
+/// Waits until nothing is in flight; events and failures as in [`poll_saves`].
+fn wait_saves(
+    e: &mut Engine,
+    cfg: &DemoConfig,
+    report: &mut DemoReport,
+    final_step: u64,
+) -> Result<Vec<SaveEvent>> {
+    let mut out = Vec::new();
+    loop {
+        match e.wait_idle() {
+            Ok(evs) => {
+                out.extend(evs);
+                return Ok(out);
+            }
+            Err(err) => save_failed(cfg, report, err, final_step)?,
+        }
+    }
 }
 
 /// Runs the demo trainer. `progress` is called after every step.
@@ -392,7 +541,9 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut engine = None;
     let mut latest = None;
     if use_engine {
-        let mut ec = EngineConfig::new(&cfg.dir);
+        let mut ec = EngineConfig::new(&cfg.dir)
+            .max_in_flight(cfg.max_in_flight)
+            .backpressure(cfg.backpressure);
         if let Some(k) = cfg.keep_last {
             ec = ec.retention(Retention::keep_last(k.max(1)));
         }
@@ -471,6 +622,9 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut events: Vec<SaveEvent> = Vec::new();
     let mut burn_steps: Vec<u64> = Vec::new();
     let mse = MseLoss::new();
+    // The step whose checkpoint is the run's last: `cfg.steps`, or the stop step.
+    let mut final_step = cfg.steps;
+    let mut stopped_at: Option<(u64, Instant)> = None;
 
     for step in start + 1..=cfg.steps {
         let t_step = Instant::now();
@@ -489,25 +643,64 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         let in_flight = engine.as_ref().map(|e| e.in_flight()).unwrap_or(0);
         ctrl.observe_step(step_time, in_flight > 0);
         let now = wall.elapsed();
+        // A stop request is honoured at this step boundary: this step's checkpoint is the
+        // run's final one.
+        let stop_now =
+            step < cfg.steps && cfg.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
+        if stop_now {
+            final_step = step;
+        }
         let due = cfg.checkpointing()
-            && (ctrl.should_save(step, now, in_flight > 0) || step == cfg.steps);
+            && (ctrl.should_save(step, now, in_flight > 0) || step == final_step);
         if due {
             let t0 = Instant::now();
             let trainer = TrainerState::new(step, loader.cursor(), cfg.seed);
             match (cfg.save_mode, engine.as_mut(), burn_ckpt.as_mut()) {
                 (SaveMode::Async, Some(e), _) => {
-                    let frozen = FrozenState::capture(&model, &optim, &sched, trainer);
-                    if let ckpt_core::SubmitOutcome::Skipped { .. } =
-                        e.submit(frozen.into_snapshot())?
-                    {
-                        report.skipped += 1;
+                    // Failures of earlier saves first, so this one is not refused for them.
+                    for ev in poll_saves(e, cfg, &mut report, final_step)? {
+                        ctrl.observe_save(
+                            stalls.get(&ev.step).copied().unwrap_or(ev.stall),
+                            ev.persist,
+                        );
+                        events.push(ev);
                     }
+                    loop {
+                        let frozen = FrozenState::capture(&model, &optim, &sched, trainer.clone());
+                        match e.submit(frozen.into_snapshot()) {
+                            Ok(SubmitOutcome::Skipped { .. }) if step == final_step => {
+                                // The final checkpoint is never skipped: wait for a slot.
+                                events.extend(wait_saves(e, cfg, &mut report, final_step)?);
+                            }
+                            Ok(SubmitOutcome::Skipped { .. }) => {
+                                report.skipped += 1;
+                                break;
+                            }
+                            Ok(SubmitOutcome::WrittenSync(ev)) => {
+                                ctrl.observe_save(ev.stall, ev.persist);
+                                events.push(ev);
+                                break;
+                            }
+                            Ok(SubmitOutcome::Queued { .. }) => break,
+                            Err(err) => {
+                                // An earlier save's failure surfaced here: retry this one.
+                                let about_this_step = err.step() == Some(step);
+                                save_failed(cfg, &mut report, err, final_step)?;
+                                if about_this_step {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    report.max_in_flight_seen = report.max_in_flight_seen.max(e.in_flight());
                 }
                 (SaveMode::Sync, Some(e), _) => {
                     let frozen = FrozenState::capture(&model, &optim, &sched, trainer);
                     let snap = frozen.encode()?.into_snapshot();
-                    e.submit(snap.with_capture_time(t0.elapsed()))?;
-                    events.extend(e.wait_idle()?);
+                    if let Err(err) = e.submit(snap.with_capture_time(t0.elapsed())) {
+                        save_failed(cfg, &mut report, err, final_step)?;
+                    }
+                    events.extend(wait_saves(e, cfg, &mut report, final_step)?);
                 }
                 (SaveMode::Burn, _, Some(b)) => {
                     b.save(step, &model, &optim, &sched, cfg.keep_last)?;
@@ -523,7 +716,8 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             }
         }
         if let Some(e) = engine.as_mut() {
-            for ev in e.poll()? {
+            report.max_in_flight_seen = report.max_in_flight_seen.max(e.in_flight());
+            for ev in poll_saves(e, cfg, &mut report, final_step)? {
                 ctrl.observe_save(
                     stalls.get(&ev.step).copied().unwrap_or(ev.stall),
                     ev.persist,
@@ -542,12 +736,46 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         if cfg.abort_at_step == Some(step) {
             std::process::abort();
         }
+        if stop_now {
+            stopped_at = Some((step, Instant::now()));
+            break;
+        }
     }
 
-    if let Some(e) = engine {
-        let summary = e.finish()?;
-        report.skipped += summary.metrics.skipped;
-        events.extend(summary.events);
+    // After a stop, wait for the final checkpoint only as long as the grace period allows.
+    let mut stop_outcome = if cfg.checkpointing() {
+        StopOutcome::Saved
+    } else {
+        StopOutcome::NotSaved
+    };
+    if let (Some((_, t_stop)), Some(e), Some(grace)) =
+        (stopped_at, engine.as_ref(), cfg.grace_period)
+    {
+        while e.in_flight() > 0 && t_stop.elapsed() < grace {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if e.in_flight() > 0 {
+            stop_outcome = StopOutcome::GraceExpired;
+        }
+    }
+    if let Some(mut e) = engine {
+        report.max_in_flight = cfg.max_in_flight.max(1);
+        report.backpressure = Some(cfg.backpressure);
+        if stop_outcome == StopOutcome::GraceExpired {
+            events.extend(poll_saves(&mut e, cfg, &mut report, final_step)?);
+            report.blocked_ms = ms(e.metrics().blocked_total);
+            // Dropping the engine joins its persist thread, which a stalled disk can hold up
+            // for any time: a helper thread does it, and the caller is free to exit (an
+            // unfinished save is then never published; recovery removes its leftovers).
+            let _ = std::thread::Builder::new()
+                .name("ckpt-late-finish".into())
+                .spawn(move || drop(e));
+        } else {
+            // Wait for every save first (failures go through the policy), then close.
+            events.extend(wait_saves(&mut e, cfg, &mut report, final_step)?);
+            report.blocked_ms = ms(e.metrics().blocked_total);
+            events.extend(e.finish()?.events);
+        }
     }
     for ev in &events {
         report.saves.push(SaveRecord {
@@ -555,6 +783,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             stall_ms: ms(stalls.get(&ev.step).copied().unwrap_or(ev.stall)),
             persist_ms: Some(ms(ev.persist)),
             bytes: ev.bytes,
+            blocked_ms: ms(ev.blocked),
         });
     }
     if let Some(b) = burn_ckpt {
@@ -566,12 +795,18 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                 stall_ms: ms(stalls.get(&s).copied().unwrap_or_default()),
                 persist_ms: None,
                 bytes: BurnCheckpointers::bytes(&dir, s),
+                blocked_ms: 0.0,
             });
         }
     }
     report.saves.sort_by_key(|s| s.step);
     report.interval = ctrl.interval();
-    report.final_step = cfg.steps.max(start);
+    report.final_step = stopped_at.map_or(cfg.steps.max(start), |(k, _)| k);
+    report.stopped = stopped_at.map(|(step, t_stop)| StopReport {
+        step,
+        outcome: stop_outcome,
+        wait_ms: ms(t_stop.elapsed()),
+    });
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)
 }
