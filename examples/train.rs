@@ -289,7 +289,7 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         Mode::Burn => SaveMode::Burn,
     };
     cfg.resume = args.resume;
-    cfg.init_from = args.init_from;
+    cfg.init_from = args.init_from.clone();
     cfg.abort_at_step = args.abort_at_step;
     cfg.backend = backend(args.backend)?;
     if !(args.grace_period.is_finite() && args.grace_period >= 0.0) {

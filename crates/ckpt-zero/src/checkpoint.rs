@@ -254,7 +254,19 @@ fn gone(op: &str) -> Error {
 }
 
 impl Worker {
+    /// Saves one step's shards; every error names the step.
     fn save<M: Module + 'static>(&mut self, job: ShardJob<M>) -> Result<ShardOutcome> {
+        let step = job.trainer.step;
+        self.save_inner(job).map_err(|e| match e {
+            Error::NotPublished { .. } => e,
+            other => Error::NotPublished {
+                step,
+                reason: format!("rank {}: {other}", self.group.rank()),
+            },
+        })
+    }
+
+    fn save_inner<M: Module + 'static>(&mut self, job: ShardJob<M>) -> Result<ShardOutcome> {
         let t0 = Instant::now();
         let rank = self.group.rank();
         let world = self.group.size();
