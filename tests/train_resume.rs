@@ -546,7 +546,7 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
         &[
             ("steps", s(steps)),
             ("init_from", init.clone()),
-            ("hold_ms", s(300)),
+            ("hold_ms", s(600)),
             wgpu.clone(),
         ],
     );

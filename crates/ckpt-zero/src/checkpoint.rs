@@ -80,12 +80,41 @@ impl FromStr for ShardFormat {
     }
 }
 
+/// A rank's optimizer shard as captured.
+pub enum OptimShard {
+    /// The rank's optimizer, cloned (handles; encoded in the background).
+    Live(ModuleOptimizer),
+    /// Already encoded, canonical burnpack bytes (see [`OptimShard::from_record`]).
+    Encoded(Vec<u8>),
+}
+
+impl OptimShard {
+    /// Encodes a record now, in the canonical layout. Use this when the record came from
+    /// somewhere that cannot hand over handles (Burn's `LearningCheckpointer`): on CubeCL a
+    /// record's bytes are read lazily, so they must be read before training goes on.
+    pub fn from_record(record: burn::optim::OptimizerRecord) -> Result<Self> {
+        let bytes = record.into_bytes().map_err(|e| Error::Shard {
+            file: PathBuf::from(OPTIM_FILE),
+            reason: e.to_string(),
+        })?;
+        Ok(OptimShard::Encoded(
+            ckpt_burn::canonicalize_optimizer_bytes(bytes.to_vec())?,
+        ))
+    }
+}
+
+impl From<ModuleOptimizer> for OptimShard {
+    fn from(o: ModuleOptimizer) -> Self {
+        OptimShard::Live(o)
+    }
+}
+
 /// What one rank captured at a step boundary: handle clones, encoded in the background.
 pub struct ShardJob<M> {
     /// The model (rank 0 only; it writes `model.bpk`).
     pub model: Option<M>,
-    /// This rank's optimizer (its shard of the state), cloned.
-    pub optim: ModuleOptimizer,
+    /// This rank's optimizer shard.
+    pub optim: OptimShard,
     /// The scheduler record.
     pub scheduler: LrSchedulerRecord,
     /// Step, epoch, data cursor, seed.
@@ -271,8 +300,10 @@ impl Worker {
         let rank = self.group.rank();
         let world = self.group.size();
         let step = job.trainer.step;
-        let shard = encode_optimizer(&job.optim)?;
-        drop(job.optim);
+        let shard = match job.optim {
+            OptimShard::Live(o) => encode_optimizer(&o)?,
+            OptimShard::Encoded(b) => b,
+        };
         fail::fail_point!(FP_BEFORE_GATHER, |_| Err(Error::Rank {
             rank,
             reason: format!("failpoint {FP_BEFORE_GATHER} at step {step}"),

@@ -8,6 +8,7 @@
 //! - [`ShardedSaver`]: every rank snapshots its shard at the same step; a background thread moves
 //!   it over a dedicated checkpoint group and rank 0 publishes, consolidated or per rank.
 //! - [`shards`]: merge and split optimizer records, so a checkpoint written by N ranks loads on M.
+//! - [`strategy`]: ZeRO-1 as a training strategy for Burn's `SupervisedTraining`.
 //! - [`run`]: the example trainer on N ranks (`--ranks`, `--dist mpi`).
 
 pub mod checkpoint;
@@ -16,9 +17,10 @@ mod error;
 pub mod partition;
 pub mod run;
 pub mod shards;
+pub mod strategy;
 pub mod zero;
 
-pub use checkpoint::{ShardFormat, ShardJob, ShardOutcome, ShardedSaver};
+pub use checkpoint::{OptimShard, ShardFormat, ShardJob, ShardOutcome, ShardedSaver};
 pub use error::{Error, Result};
 pub use partition::{ParamInfo, Partition, float_params};
 pub use zero::Zero1;

@@ -173,7 +173,12 @@ pub fn run_mpi(
     world.broadcast(0, &mut path)?;
     let latest =
         (!path.is_empty()).then(|| PathBuf::from(String::from_utf8_lossy(&path).into_owned()));
+    // On error the process exits without finalizing and mpirun ends the job: the other ranks
+    // fail within their timeout either way.
     let report = run_rank(&cfg, Box::new(world), engine, latest, progress)?;
+    // Every group is dropped by now (the checkpoint thread is joined): finalize on this, the
+    // initializing thread, or Open MPI's mpirun reports an abnormal termination.
+    crate::collective::mpi::finalize()?;
     Ok((rank == 0).then_some(report))
 }
 
@@ -307,7 +312,7 @@ fn run_rank(
                 let cursor = loader.cursor();
                 saver.submit(ShardJob {
                     model: (rank == 0).then(|| model.clone()),
-                    optim: optim.clone(),
+                    optim: optim.clone().into(),
                     scheduler: sched.to_record(),
                     trainer: TrainerState::new(
                         step,

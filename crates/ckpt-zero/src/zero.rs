@@ -209,8 +209,20 @@ impl Zero1 {
         optim: &mut ModuleOptimizer,
         lr: impl Into<ModuleLearningRate>,
         model: M,
-        mut grads: GradientsParams,
+        grads: GradientsParams,
     ) -> Result<M> {
+        let owned = self.reduce_owned(&model, grads)?;
+        let model = optim.step(lr.into(), model, owned);
+        self.exchange(model)
+    }
+
+    /// The first half of a step: all-reduces (mean) `grads` over the group and returns the
+    /// gradients of the parameters this rank owns (the only ones its optimizer should see).
+    pub fn reduce_owned<M: Module>(
+        &mut self,
+        model: &M,
+        mut grads: GradientsParams,
+    ) -> Result<GradientsParams> {
         let rank = self.rank();
         let world = self.world();
         let mut flat = FlattenGrads {
@@ -236,7 +248,7 @@ impl Zero1 {
         }
         let Some(device) = device else {
             // No gradients at all: nothing to update.
-            return Ok(model);
+            return Ok(GradientsParams::new());
         };
         let mut owned = OwnedGrads {
             flat: &flat,
@@ -248,8 +260,14 @@ impl Zero1 {
             out: GradientsParams::new(),
         };
         model.visit(&mut owned);
-        let owned = owned.out;
-        let model = optim.step(lr.into(), model, owned);
+        Ok(owned.out)
+    }
+
+    /// The second half of a step: every rank's owned (just updated) parameters are
+    /// all-gathered and written into this rank's `model`.
+    pub fn exchange<M: Module>(&mut self, model: M) -> Result<M> {
+        let rank = self.rank();
+        let world = self.world();
         if world == 1 {
             return Ok(model);
         }

@@ -1,0 +1,645 @@
+//! ZeRO-1 inside Burn's learner: a [`SupervisedLearningStrategy`] (`TrainingStrategy::Custom`)
+//! that runs the learner on N rank threads with ZeRO-1 and checkpoints sharded state at
+//! optimizer-step boundaries, the same hook style as `ckpt_burn::strategy`.
+//!
+//! ```no_run
+//! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
+//! # use burn::tensor::Device;
+//! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>, device: Device)
+//! # -> Result<(), ckpt_zero::Error> {
+//! use ckpt_core::EngineConfig;
+//! use ckpt_zero::{ShardFormat, strategy::ZeroTrainingStrategy};
+//!
+//! let zero = ZeroTrainingStrategy::new(device, 4, EngineConfig::new("runs/zero"), 100)?
+//!     .shard_format(ShardFormat::PerRank)
+//!     .resume(true); // continue from the newest valid checkpoint, on any number of ranks
+//! let result = training.with_training_strategy(zero.into_training_strategy()).launch(learner);
+//! # Ok(()) }
+//! ```
+//!
+//! How it works, and its limits (what Burn's public API allows):
+//! - Every rank is a thread with a clone of the `Learner`; each reads its own slice of the
+//!   training loader (or, with [`ZeroTrainingStrategy::replicate_data`], the whole loader), and
+//!   steps stop together when any rank runs out of data. Rank 0 (the calling thread) emits the
+//!   learner events and runs validation.
+//! - A step: `learner.train_step`, gradients all-reduced on the training group, the rank's
+//!   `optimizer_step` with the gradients of the parameters it owns only (so its optimizer holds
+//!   only that shard), then the owners' parameters are all-gathered and loaded into every rank's
+//!   learner (`Learner::load_model`: a host round trip per step).
+//! - The learner keeps its optimizer private; the only public way to its state is
+//!   `LearningCheckpointer::checkpoint`, which builds the records on the training thread. The
+//!   optimizer record is encoded right there (on CubeCL its bytes are read lazily, so it must be
+//!   read before the next step), then it moves over the dedicated checkpoint group in the
+//!   background like [`crate::run`]'s trainer. The stall is therefore a copy of the shard, not
+//!   a handle clone.
+//! - Checkpoints every N optimizer steps (no overhead budget: ranks must agree without talking);
+//!   no gradient accumulation; the backend RNG is not re-seeded (use `crate::run` for exact,
+//!   byte-identical resume).
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use burn::optim::OptimizerRecord;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::store::ModuleRecord;
+use burn::tensor::{Bytes, Device};
+use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, CheckpointerError};
+use burn::train::metric::store::EventStoreClient;
+use burn::train::{
+    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearnerModel,
+    LearningCheckpointer, LearningResult, SupervisedLearningStrategy,
+    SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents, TrainingItem,
+    TrainingStrategy, ValidLoader,
+};
+use ckpt_burn::checkpointers::AlwaysSave;
+use ckpt_burn::{DataCursor, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state};
+use ckpt_core::{Engine, EngineConfig};
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::collective::{Collective, ThreadGroup};
+use crate::shards::{filter_optimizer, read_full_optimizer};
+use crate::{Error, OptimShard, Partition, Result, ShardFormat, ShardJob, ShardedSaver, Zero1};
+
+/// ZeRO-1 on `ranks` threads inside `SupervisedTraining`, with sharded step checkpoints.
+pub struct ZeroTrainingStrategy {
+    device: Device,
+    ranks: usize,
+    every: u64,
+    format: ShardFormat,
+    replicate: bool,
+    timeout: Duration,
+    root: PathBuf,
+    engine: Mutex<Option<Engine>>,
+    latest: Option<PathBuf>,
+    resume: bool,
+}
+
+impl std::fmt::Debug for ZeroTrainingStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZeroTrainingStrategy")
+            .field("ranks", &self.ranks)
+            .field("every", &self.every)
+            .field("format", &self.format)
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl ZeroTrainingStrategy {
+    /// `ranks` ZeRO-1 ranks on `device` (made autodiff), checkpointing into `engine`'s root
+    /// every `every_steps` optimizer steps (0: never). Opens the root now: recovery runs and the
+    /// root is locked for this process.
+    pub fn new(
+        device: Device,
+        ranks: usize,
+        engine: EngineConfig,
+        every_steps: u64,
+    ) -> Result<Self> {
+        if ranks == 0 {
+            return Err(Error::Config("ranks must be at least 1".into()));
+        }
+        let device = if device.is_autodiff() {
+            device
+        } else {
+            device.autodiff()
+        };
+        let root = engine.root.clone();
+        let (engine, report) = Engine::open(engine)?;
+        Ok(Self {
+            device,
+            ranks,
+            every: every_steps,
+            format: ShardFormat::Consolidated,
+            replicate: false,
+            timeout: Duration::from_secs(600),
+            root,
+            engine: Mutex::new(Some(engine)),
+            latest: report.latest.map(|c| c.path),
+            resume: false,
+        })
+    }
+
+    /// How optimizer shards are written (default: consolidated).
+    pub fn shard_format(mut self, format: ShardFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// Every rank reads the whole training loader instead of its slice (default: no).
+    pub fn replicate_data(mut self, yes: bool) -> Self {
+        self.replicate = yes;
+        self
+    }
+
+    /// Deadline of every collective call (default 10 minutes: rank 0 validates while the
+    /// others wait).
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Continue from the newest valid checkpoint of the root, if any (default: no).
+    pub fn resume(mut self, yes: bool) -> Self {
+        self.resume = yes;
+        self
+    }
+
+    /// The checkpoint a resume starts from.
+    pub fn latest(&self) -> Option<&Path> {
+        self.latest.as_deref()
+    }
+
+    /// For `SupervisedTraining::with_training_strategy`.
+    pub fn into_training_strategy<M: LearnerModel>(self) -> TrainingStrategy<M> {
+        TrainingStrategy::Custom(Arc::new(self))
+    }
+
+    fn resume_dir(&self) -> Option<&Path> {
+        if self.resume { self.latest() } else { None }
+    }
+}
+
+/// Receives one kind of record from a `LearningCheckpointer` (whose checkpointers run on
+/// their own threads) and hands it to the rank.
+struct Slot<R, T> {
+    tx: Sender<std::result::Result<T, String>>,
+    convert: fn(R) -> std::result::Result<T, String>,
+}
+
+impl<R: burn::train::checkpoint::Checkpoint, T: Send + 'static> Checkpointer<R> for Slot<R, T> {
+    fn save(&self, _epoch: usize, record: R) -> std::result::Result<(), CheckpointerError> {
+        self.tx
+            .send((self.convert)(record))
+            .map_err(|_| CheckpointerError::Unknown("the rank stopped listening".into()))
+    }
+    fn delete(&self, _epoch: usize) -> std::result::Result<(), CheckpointerError> {
+        Ok(())
+    }
+    fn restore(&self, _epoch: usize) -> std::result::Result<R, CheckpointerError> {
+        Err(CheckpointerError::Unknown(
+            "ZeroTrainingStrategy restores from its own root (resume(true))".into(),
+        ))
+    }
+}
+
+struct Records<M: LearnerModel> {
+    checkpointer: LearningCheckpointer<M>,
+    optim: Receiver<std::result::Result<OptimShard, String>>,
+    sched: Receiver<std::result::Result<LrSchedulerRecord, String>>,
+    model: Receiver<std::result::Result<(), String>>,
+}
+
+impl<M: LearnerModel> Records<M> {
+    fn new() -> Self {
+        let (mtx, model) = crossbeam_channel::bounded(1);
+        let (otx, optim) = crossbeam_channel::bounded(1);
+        let (stx, sched) = crossbeam_channel::bounded(1);
+        let m: Slot<ModuleRecord, ()> = Slot {
+            tx: mtx,
+            convert: |_| Ok(()),
+        };
+        let o: Slot<OptimizerRecord, OptimShard> = Slot {
+            tx: otx,
+            convert: |r| OptimShard::from_record(r).map_err(|e| e.to_string()),
+        };
+        let s: Slot<LrSchedulerRecord, LrSchedulerRecord> = Slot {
+            tx: stx,
+            convert: Ok,
+        };
+        Self {
+            checkpointer: LearningCheckpointer::new(
+                AsyncCheckpointer::new(m),
+                AsyncCheckpointer::new(o),
+                AsyncCheckpointer::new(s),
+                Box::new(AlwaysSave),
+            ),
+            optim,
+            sched,
+            model,
+        }
+    }
+
+    /// The rank's records at this step boundary (built and encoded before returning).
+    fn take(
+        &mut self,
+        learner: &Learner<M>,
+        key: usize,
+        store: &EventStoreClient,
+    ) -> Result<(OptimShard, LrSchedulerRecord)> {
+        self.checkpointer.checkpoint(learner, key, store);
+        let gone =
+            |what: &str| Error::Config(format!("Burn's checkpointer lost the {what} record"));
+        let recv = |e: std::result::Result<String, ()>| match e {
+            Ok(reason) => Error::Config(reason),
+            Err(()) => gone("records"),
+        };
+        self.model
+            .recv()
+            .map_err(|_| gone("model"))?
+            .map_err(|e| recv(Ok(e)))?;
+        let optim = self
+            .optim
+            .recv()
+            .map_err(|_| gone("optimizer"))?
+            .map_err(|e| recv(Ok(e)))?;
+        let sched = self
+            .sched
+            .recv()
+            .map_err(|_| gone("scheduler"))?
+            .map_err(|e| recv(Ok(e)))?;
+        Ok((optim, sched))
+    }
+}
+
+/// What rank 0 needs that the other ranks do not have.
+struct Leader<'a, M: LearnerModel> {
+    events: &'a mut SupervisedTrainingEventProcessor<M>,
+    interrupter: &'a Interrupter,
+}
+
+struct RankRun<M: LearnerModel> {
+    zero: Zero1,
+    saver: Option<ShardedSaver<M>>,
+    records: Records<M>,
+    store: Arc<EventStoreClient>,
+    every: u64,
+    step: u64,
+    rank: usize,
+}
+
+fn bad_record(dir: &Path, file: &str, e: impl std::fmt::Display) -> Error {
+    Error::Shard {
+        file: dir.join(file),
+        reason: e.to_string(),
+    }
+}
+
+/// Loads checkpoint `dir` into this rank's learner (its shard of the optimizer state) and
+/// returns (step, epoch, iterations done in that epoch).
+fn restore_rank<M: LearnerModel>(
+    dir: &Path,
+    learner: &mut Learner<M>,
+    partition: &Partition,
+    rank: usize,
+) -> Result<(u64, usize, usize)> {
+    let model = ckpt_core::read_part(dir, MODEL_FILE)?;
+    let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(model))
+        .map_err(|e| bad_record(dir, MODEL_FILE, e))?;
+    learner.load_model(record);
+    let full = read_full_optimizer(dir)?;
+    let mine = filter_optimizer(&dir.display().to_string(), full, |id| {
+        partition.owns(rank, id)
+    })?;
+    let record = OptimizerRecord::from_bytes(Bytes::from_bytes_vec(mine))
+        .map_err(|e| bad_record(dir, ckpt_burn::OPTIM_FILE, e))?;
+    learner.load_optim(record);
+    let sched = ckpt_core::read_part(dir, SCHEDULER_FILE)?;
+    let record = LrSchedulerRecord::from_bytes(Bytes::from_bytes_vec(sched))
+        .map_err(|e| bad_record(dir, SCHEDULER_FILE, e))?;
+    learner.load_scheduler(record);
+    let t = load_trainer_state(dir)?;
+    Ok((t.step, t.cursor.epoch as usize, t.cursor.position as usize))
+}
+
+impl<M: LearnerModel> RankRun<M> {
+    /// One epoch of training on this rank; returns whether training should go on.
+    fn epoch(
+        &mut self,
+        learner: &mut Learner<M>,
+        loader: &TrainLoader<M>,
+        epoch: usize,
+        skip: usize,
+        mut leader: Option<&mut Leader<'_, M>>,
+    ) -> Result<bool> {
+        let mut iterator = loader.iter();
+        let mut iteration = 0usize;
+        loop {
+            let item = iterator.next();
+            let stop = leader.as_ref().is_some_and(|l| l.interrupter.should_stop());
+            let go = self.zero.group().all_agree(item.is_some() && !stop)?;
+            let Some(item) = item.filter(|_| go) else {
+                return Ok(!stop);
+            };
+            let item = item.map_err(|e| Error::Config(format!("training data: {e}")))?;
+            iteration += 1;
+            if iteration <= skip {
+                continue;
+            }
+            let progress = iterator.progress();
+            let out = learner.train_step(item);
+            let owned = self.zero.reduce_owned(&learner.model(), out.grads)?;
+            learner.lr_step();
+            learner.optimizer_step(owned);
+            if self.zero.world() > 1 {
+                let model = self.zero.exchange(learner.model())?;
+                learner.load_model(model.into_record());
+            }
+            self.step += 1;
+            if let Some(l) = leader.as_mut() {
+                let item = TrainingItem::new(
+                    out.item,
+                    progress,
+                    Some(iteration),
+                    Some(learner.lr_current()),
+                );
+                l.interrupter
+                    .fail_on_error(l.events.process_train(LearnerEvent::ProcessedItem(item)));
+            }
+            if let Some(saver) = self.saver.as_mut() {
+                saver.poll()?;
+                if self.every > 0 && self.step % self.every == 0 {
+                    let (optim, scheduler) =
+                        self.records
+                            .take(learner, self.step as usize, &self.store)?;
+                    let cursor = DataCursor {
+                        epoch: epoch as u64,
+                        position: iteration as u64,
+                        shuffle_seed: 0,
+                    };
+                    saver.submit(ShardJob {
+                        model: (self.rank == 0).then(|| learner.model()),
+                        optim,
+                        scheduler,
+                        trainer: TrainerState::new(self.step, cursor, 0),
+                    })?;
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_rank<M: LearnerModel>(
+    strategy: &ZeroTrainingStrategy,
+    mut group: Box<dyn Collective>,
+    engine: Option<Engine>,
+    mut learner: Learner<M>,
+    loader: TrainLoader<M>,
+    store: Arc<EventStoreClient>,
+    epochs: std::ops::RangeInclusive<usize>,
+    mut leader: Option<Leader<'_, M>>,
+    mut after_epoch: impl FnMut(
+        &mut Learner<M>,
+        usize,
+        &mut SupervisedTrainingEventProcessor<M>,
+    ) -> bool,
+) -> Result<Learner<M>> {
+    let rank = group.rank();
+    let ckpt_group = group.split()?;
+    let zero = Zero1::new(&learner.model(), group);
+    let (mut start_step, mut first_epoch, mut skip) = (0, *epochs.start(), 0);
+    if let Some(dir) = strategy.resume_dir() {
+        let (step, epoch, done) = restore_rank(dir, &mut learner, zero.partition(), rank)?;
+        (start_step, first_epoch, skip) = (step, epoch.max(1), done);
+    }
+    let saver = if strategy.every > 0 {
+        Some(ShardedSaver::start(
+            ckpt_group,
+            strategy.format,
+            strategy.root.clone(),
+            engine,
+        )?)
+    } else {
+        None
+    };
+    let mut run = RankRun {
+        zero,
+        saver,
+        records: Records::new(),
+        store,
+        every: strategy.every,
+        step: start_step,
+        rank,
+    };
+    for epoch in first_epoch.max(*epochs.start())..=*epochs.end() {
+        if let Some(l) = leader.as_mut() {
+            l.interrupter
+                .fail_on_error(l.events.process_train(LearnerEvent::StartSplit {
+                    epoch_number: epoch,
+                    total_items: loader.num_items(),
+                }));
+        }
+        let s = if epoch == first_epoch { skip } else { 0 };
+        let went_on = run.epoch(&mut learner, &loader, epoch, s, leader.as_mut())?;
+        if let Some(l) = leader.as_mut() {
+            l.interrupter
+                .fail_on_error(l.events.process_train(LearnerEvent::EndSplit(epoch)));
+        }
+        // Rank 0 validates and decides whether to go on; everyone follows.
+        let mine = went_on
+            && match leader.as_mut() {
+                Some(l) => after_epoch(&mut learner, epoch, l.events),
+                None => true,
+            };
+        if !run.zero.group().all_agree(mine)? {
+            break;
+        }
+    }
+    if let Some(saver) = run.saver {
+        saver.finish()?;
+    }
+    Ok(learner)
+}
+
+impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
+    fn train(
+        &self,
+        learner: Learner<M>,
+        dataloader_train: TrainLoader<M>,
+        dataloader_valid: ValidLoader<M>,
+        mut components: TrainingComponents<M>,
+    ) -> LearningResult<M> {
+        let interrupter = components.interrupter.clone();
+        let starting_epoch = match self.resume_dir().map(load_trainer_state) {
+            Some(Ok(t)) => (t.cursor.epoch as usize).max(1),
+            Some(Err(e)) => {
+                interrupter.fail(CheckpointerError::Unknown(e.to_string()));
+                1
+            }
+            None => 1,
+        };
+        let summary_config = components.summary.clone();
+        interrupter.fail_on_error(
+            components
+                .event_processor
+                .process_train(LearnerEvent::Start {
+                    total_epochs: components.num_epochs,
+                    starting_epoch,
+                    label: components.label.clone(),
+                }),
+        );
+        let (model, mut events) = self.fit(
+            components,
+            learner,
+            dataloader_train,
+            dataloader_valid,
+            starting_epoch,
+        );
+        let summary = summary_config.and_then(|s| s.init().ok());
+        interrupter.fail_on_error(events.process_train(LearnerEvent::End(summary)));
+        let model = model.valid();
+        interrupter.fail_on_error(events.flush());
+        let renderer = events.renderer();
+        LearningResult::<M> {
+            model,
+            renderer,
+            interrupted: interrupter.interruption(),
+            error: interrupter.error(),
+        }
+    }
+
+    fn fit(
+        &self,
+        components: TrainingComponents<M>,
+        mut learner: Learner<M>,
+        dataloader_train: TrainLoader<M>,
+        dataloader_valid: ValidLoader<M>,
+        starting_epoch: usize,
+    ) -> (M, SupervisedTrainingEventProcessor<M>) {
+        let TrainingComponents {
+            interrupter,
+            mut early_stopping,
+            mut event_processor,
+            event_store,
+            num_epochs,
+            grad_accumulation,
+            ..
+        } = components;
+        if grad_accumulation.is_some() {
+            interrupter.fail(CheckpointerError::Unknown(
+                "ZeroTrainingStrategy does not support gradient accumulation".into(),
+            ));
+            return (learner.model(), event_processor);
+        }
+        learner.fork(&self.device);
+        let train = dataloader_train.to_device(&self.device);
+        let valid = dataloader_valid.to_device(&self.device.clone().inner());
+        let n = self.ranks;
+        let total = train.num_items();
+        let shard = |r: usize| -> TrainLoader<M> {
+            if self.replicate || n == 1 {
+                train.slice(0, total)
+            } else {
+                train.slice(r * total / n, (r + 1) * total / n)
+            }
+        };
+        let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut groups = ThreadGroup::new(n, self.timeout).into_iter();
+        let epochs = starting_epoch..=num_epochs;
+        let outcome: Result<Learner<M>> = std::thread::scope(|s| {
+            let mut handles = Vec::new();
+            let g0 = groups
+                .next()
+                .ok_or_else(|| Error::Config("no ranks".into()))?;
+            for g in groups {
+                let rank = g.rank();
+                let (l, loader, store) = (learner.clone(), shard(rank), event_store.clone());
+                let epochs = epochs.clone();
+                handles.push((
+                    rank,
+                    s.spawn(move || {
+                        run_rank(
+                            self,
+                            Box::new(g),
+                            None,
+                            l,
+                            loader,
+                            store,
+                            epochs,
+                            None,
+                            |_, _, _| true,
+                        )
+                        .map(|_| ())
+                    }),
+                ));
+            }
+            let leader = Leader {
+                events: &mut event_processor,
+                interrupter: &interrupter,
+            };
+            let valid = &valid;
+            let store = event_store.clone();
+            let validate = |learner: &mut Learner<M>,
+                            epoch: usize,
+                            events: &mut SupervisedTrainingEventProcessor<M>|
+             -> bool {
+                // Burn's single-device validation epoch, on rank 0.
+                interrupter.fail_on_error(events.process_valid(LearnerEvent::StartSplit {
+                    epoch_number: epoch,
+                    total_items: valid.num_items(),
+                }));
+                let model = learner.model().valid();
+                let mut it = valid.iter();
+                let mut i = 0usize;
+                while let Some(item) = it.next() {
+                    let item = match item {
+                        Ok(item) => item,
+                        Err(err) => {
+                            interrupter.fail(err);
+                            break;
+                        }
+                    };
+                    i += 1;
+                    let progress = it.progress();
+                    let out = InferenceStep::step(&model, item);
+                    let item = TrainingItem::new(out, progress, Some(i), None);
+                    interrupter
+                        .fail_on_error(events.process_valid(LearnerEvent::ProcessedItem(item)));
+                    if interrupter.should_stop() {
+                        break;
+                    }
+                }
+                interrupter.fail_on_error(events.process_valid(LearnerEvent::EndSplit(epoch)));
+                interrupter.fail_on_error(events.process_train(LearnerEvent::EndEpoch(epoch)));
+                interrupter.fail_on_error(events.flush());
+                !interrupter.should_stop()
+                    && early_stopping
+                        .as_mut()
+                        .is_none_or(|es| !es.should_stop(epoch, &store))
+            };
+            let r0 = run_rank(
+                self,
+                Box::new(g0),
+                engine,
+                learner.clone(),
+                shard(0),
+                event_store.clone(),
+                epochs.clone(),
+                Some(leader),
+                validate,
+            );
+            let mut first_err = None;
+            for (rank, h) in handles {
+                match h.join() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        first_err.get_or_insert(Error::Rank {
+                            rank,
+                            reason: e.to_string(),
+                        });
+                    }
+                    Err(_) => {
+                        first_err.get_or_insert(Error::Rank {
+                            rank,
+                            reason: "panicked".into(),
+                        });
+                    }
+                }
+            }
+            match (r0, first_err) {
+                (Ok(l), None) => Ok(l),
+                (Err(e), _) | (Ok(_), Some(e)) => Err(e),
+            }
+        });
+        match outcome {
+            Ok(l) => (l.model(), event_processor),
+            Err(e) => {
+                interrupter.fail(CheckpointerError::Unknown(e.to_string()));
+                (learner.model(), event_processor)
+            }
+        }
+    }
+}

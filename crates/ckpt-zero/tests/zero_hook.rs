@@ -1,0 +1,204 @@
+//! ZeRO-1 inside Burn's learner (`ZeroTrainingStrategy` through
+//! `SupervisedTraining::with_training_strategy`): 2 ranks with replicated data publish the
+//! bytes of 1 rank at every step checkpoint; per-rank checkpoints resume on another number of
+//! ranks; stock Burn loads the files.
+
+use std::path::Path;
+
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::module::Module;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::optim::{AdamWConfig, OptimizerRecord};
+use burn::store::ModuleRecord;
+use burn::tensor::{Device, Tensor};
+use burn::train::{
+    InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
+    metric::LossMetric,
+};
+use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids};
+use ckpt_core::{EngineConfig, checkpoint_dir_name};
+use ckpt_zero::ShardFormat;
+use ckpt_zero::strategy::ZeroTrainingStrategy;
+
+#[derive(Module, Debug)]
+struct Tiny {
+    l1: Linear,
+    act: Relu,
+    l2: Linear,
+}
+
+#[derive(Clone, Debug)]
+struct Sample {
+    x: [f32; 4],
+    y: f32,
+}
+
+#[derive(Clone, Debug)]
+struct Batch {
+    x: Tensor<2>,
+    y: Tensor<2>,
+}
+
+#[derive(Clone, Debug)]
+struct TinyBatcher;
+
+impl Batcher<Sample, Batch> for TinyBatcher {
+    fn batch(&self, items: Vec<Sample>, device: &Device) -> Batch {
+        let n = items.len();
+        let xs: Vec<f32> = items.iter().flat_map(|s| s.x).collect();
+        let ys: Vec<f32> = items.iter().map(|s| s.y).collect();
+        Batch {
+            x: Tensor::<1>::from_floats(xs.as_slice(), device).reshape([n, 4]),
+            y: Tensor::<1>::from_floats(ys.as_slice(), device).reshape([n, 1]),
+        }
+    }
+}
+
+impl Tiny {
+    fn new(device: &Device) -> Self {
+        device.seed(3);
+        assign_param_ids(
+            Self {
+                l1: LinearConfig::new(4, 8).init(device),
+                act: Relu::new(),
+                l2: LinearConfig::new(8, 1).init(device),
+            },
+            3,
+        )
+    }
+    fn regress(&self, b: Batch) -> RegressionOutput {
+        let out = self.l2.forward(self.act.forward(self.l1.forward(b.x)));
+        let loss = MseLoss::new().forward(out.clone(), b.y.clone(), Reduction::Mean);
+        RegressionOutput::new(loss, out, b.y)
+    }
+}
+
+impl TrainStep for Tiny {
+    type Input = Batch;
+    type Output = RegressionOutput;
+    fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
+        let o = self.regress(b);
+        TrainOutput::new(self, o.loss.backward(), o)
+    }
+}
+
+impl InferenceStep for Tiny {
+    type Input = Batch;
+    type Output = RegressionOutput;
+    fn step(&self, b: Batch) -> RegressionOutput {
+        self.regress(b)
+    }
+}
+
+fn data() -> Vec<Sample> {
+    (0..64)
+        .map(|i| {
+            let v = i as f32 / 64.0;
+            Sample {
+                x: [v, 1.0 - v, v * v, 0.5],
+                y: 2.0 * v - 0.3,
+            }
+        })
+        .collect()
+}
+
+/// Trains `epochs` epochs on `ranks` ranks, checkpointing every 3 optimizer steps.
+fn train(
+    root: &Path,
+    ranks: usize,
+    epochs: usize,
+    format: ShardFormat,
+    replicate: bool,
+    resume: bool,
+) {
+    let device = Device::flex().autodiff();
+    let train = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(8)
+        .build(InMemDataset::new(data()));
+    let valid = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(data()));
+    let scheduler = CosineAnnealingLrSchedulerConfig::new(1e-2, 100)
+        .init()
+        .unwrap();
+    let learner = Learner::new(Tiny::new(&device), AdamWConfig::new().init(), scheduler);
+
+    // The lines a user adds:
+    let zero = ZeroTrainingStrategy::new(device, ranks, EngineConfig::new(root), 3)
+        .unwrap()
+        .shard_format(format)
+        .replicate_data(replicate)
+        .resume(resume);
+    let result = SupervisedTraining::new(root.join("burn"), train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .with_application_logger(None)
+        .with_training_strategy(zero.into_training_strategy())
+        .num_epochs(epochs)
+        .launch(learner);
+    assert!(result.error.is_none(), "{:?}", result.error);
+}
+
+fn dir(root: &Path, step: u64) -> std::path::PathBuf {
+    root.join(checkpoint_dir_name(step))
+}
+
+#[test]
+fn two_ranks_in_burns_learner_publish_the_bytes_of_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = tmp.path().join("one");
+    let two = tmp.path().join("two");
+    train(&one, 1, 2, ShardFormat::Consolidated, true, false);
+    train(&two, 2, 2, ShardFormat::Consolidated, true, false);
+    // 64 samples in batches of 8: 8 steps an epoch, checkpoints at 3, 6, ..., 15.
+    let published: Vec<u64> = ckpt_core::verify_root(&two)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(published, vec![3, 6, 9, 12, 15]);
+    for step in [3, 9, 15] {
+        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+            assert_eq!(
+                std::fs::read(dir(&one, step).join(f)).unwrap(),
+                std::fs::read(dir(&two, step).join(f)).unwrap(),
+                "{f} at step {step}"
+            );
+        }
+        let d = dir(&two, step);
+        Tiny::new(&Device::flex()).load_record(ModuleRecord::load(d.join(MODEL_FILE)).unwrap());
+        OptimizerRecord::load(d.join(OPTIM_FILE)).unwrap();
+        LrSchedulerRecord::load(d.join(SCHEDULER_FILE)).unwrap();
+    }
+    assert_ne!(
+        std::fs::read(dir(&two, 3).join(MODEL_FILE)).unwrap(),
+        std::fs::read(dir(&two, 15).join(MODEL_FILE)).unwrap()
+    );
+}
+
+#[test]
+fn per_rank_checkpoints_from_the_learner_resume_on_one_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("zero");
+    // Each of 2 ranks reads half the data: 4 steps an epoch, checkpoints at 3 and 6.
+    train(&root, 2, 2, ShardFormat::PerRank, false, false);
+    let m = ckpt_core::verify_checkpoint(&dir(&root, 6)).unwrap();
+    assert_eq!((m.world_size, m.layout.as_str()), (2, "per-rank"));
+    assert!(m.file("optim.rank-1-of-2.bpk").is_some());
+    // Resume on one rank, which reads all the data (8 steps an epoch): epoch 2 goes on after
+    // the 2 iterations step 6 had done (steps 7-12), then epoch 3 (steps 13-20).
+    train(&root, 1, 3, ShardFormat::Consolidated, false, true);
+    let steps: Vec<u64> = ckpt_core::verify_root(&root)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, vec![3, 6, 9, 12, 15, 18]);
+    let m = ckpt_core::verify_checkpoint(&dir(&root, 18)).unwrap();
+    assert_eq!((m.world_size, m.layout.as_str()), (1, "consolidated"));
+}
