@@ -175,6 +175,8 @@ pub fn run_mpi(
         (!path.is_empty()).then(|| PathBuf::from(String::from_utf8_lossy(&path).into_owned()));
     // On error the process exits without finalizing and mpirun ends the job: the other ranks
     // fail within their timeout either way.
+    let mut quiet = |_: &StepInfo| {};
+    let progress: &mut dyn FnMut(&StepInfo) = if rank == 0 { progress } else { &mut quiet };
     let report = run_rank(&cfg, Box::new(world), engine, latest, progress)?;
     // Every group is dropped by now (the checkpoint thread is joined): finalize on this, the
     // initializing thread, or Open MPI's mpirun reports an abnormal termination.
