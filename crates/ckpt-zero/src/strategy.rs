@@ -350,7 +350,7 @@ impl<M: LearnerModel> RankRun<M> {
             }
             if let Some(saver) = self.saver.as_mut() {
                 saver.poll()?;
-                if self.every > 0 && self.step % self.every == 0 {
+                if self.every > 0 && self.step.is_multiple_of(self.every) {
                     let (optim, scheduler) =
                         self.records
                             .take(learner, self.step as usize, &self.store)?;
