@@ -13,6 +13,7 @@
 //!   those checkpointers at optimizer-step boundaries and resumes mid-epoch.
 //! - [`demo`]: the example trainer (MLP with dropout, AdamW, cosine LR) the `train` example and
 //!   the end-to-end tests run.
+//! - [`perf`]: the measurement kernels shared by the benchmarks and the performance report.
 //!
 //! Files written (see DESIGN.md): `model.bpk` (byte-identical to
 //! `model.into_record().save(..)`), `optim.bpk`, `scheduler.bpk`, `trainer.bin`.
@@ -22,6 +23,7 @@ pub mod checkpointers;
 mod data;
 pub mod demo;
 mod error;
+pub mod perf;
 mod restore;
 mod state;
 pub mod strategy;

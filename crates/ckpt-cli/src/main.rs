@@ -235,9 +235,10 @@ fn verify(path: &Path) -> Result<()> {
             }
         }
         None if !list.is_empty() => {
-            failures += 1;
+            // A crash right after the first publish; not a damaged checkpoint.
             eprintln!(
-                "FAIL {}: missing although checkpoints exist",
+                "note: {} is missing (a crash right after the first publish); the next start \
+                 names the newest valid checkpoint",
                 path.join("latest").display()
             );
         }

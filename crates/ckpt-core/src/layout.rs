@@ -234,8 +234,9 @@ pub fn read_part(dir: &Path, name: &str) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Verifies every checkpoint in `root` and that `latest` names a valid one. Returns the list;
-/// the error is the first problem found.
+/// Verifies every checkpoint in `root` and that `latest`, if present, names a valid one (it may
+/// be missing or lag behind after a crash; recovery repairs both). Returns the list; the error
+/// is the first problem found.
 pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
     let list = list_checkpoints(root, true)?;
     if let Some(bad) = list.iter().find_map(|c| match &c.status {
@@ -251,14 +252,10 @@ pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
                 format!("names {name:?}, which is not a published checkpoint"),
             ));
         }
-        Some(_) => {}
-        None if !list.is_empty() => {
-            return Err(Error::corrupt(
-                root.join(LATEST_FILE),
-                "missing although checkpoints exist",
-            ));
-        }
-        None => {}
+        // No `latest` beside published checkpoints: a crash between the first publish's
+        // rename and its `latest` write. Nothing is wrong with the checkpoints, and the next
+        // start names the newest valid one (as when `latest` lags behind a newer checkpoint).
+        Some(_) | None => {}
     }
     Ok(list)
 }

@@ -124,6 +124,28 @@ impl Manifest {
         }
         let m: Manifest = serde_json::from_slice(bytes)
             .map_err(|e| Error::corrupt(path, format!("manifest is malformed: {e}")))?;
+        // Every listed file must be a plain name inside the checkpoint directory, listed once:
+        // a (hostile or corrupt) entry like `../x` must not make readers touch other files.
+        let mut seen = std::collections::BTreeSet::new();
+        for f in &m.files {
+            let n = f.name.as_str();
+            let plain = !(n.is_empty()
+                || n == "."
+                || n == ".."
+                || n.contains(['/', '\\', '\0'])
+                || n == MANIFEST_FILE);
+            if !plain {
+                return Err(Error::corrupt(
+                    path,
+                    format!(
+                        "manifest lists {n:?}, which is not a plain file name in the checkpoint"
+                    ),
+                ));
+            }
+            if !seen.insert(n) {
+                return Err(Error::corrupt(path, format!("manifest lists {n:?} twice")));
+            }
+        }
         Ok(m)
     }
 }
