@@ -1,4 +1,4 @@
-//! Kill matrix (single rank): the example trainer is SIGKILLed at random times, with small
+//! Kill matrix (single rank, and 4 ZeRO-1 ranks): the example trainer is SIGKILLed at random times, with small
 //! failpoint sleeps at a random publication-protocol step so kills land inside part writes,
 //! fsyncs, the rename, the `latest` update and retention. After every kill, before any
 //! recovery, every published checkpoint must verify and `latest` must name one of them (it may
@@ -36,11 +36,18 @@ const KEEP_LAST: u64 = 2;
 /// Kills in a row on one root before a fresh root is started.
 const MAX_CHAIN: usize = 3;
 
-fn run_to(dir: &Path) -> Trainer {
-    trainer(dir)
+/// The trainer to kill: one rank, or (`ranks` > 1) ZeRO-1 rank threads with replicated data
+/// and consolidated shards, whose bytes must equal the single rank's.
+fn run_to(dir: &Path, ranks: usize) -> Trainer {
+    let t = trainer(dir)
         .steps(STEPS)
         .save_every(SAVE_EVERY)
-        .arg("--keep-last", KEEP_LAST)
+        .arg("--keep-last", KEEP_LAST);
+    if ranks > 1 {
+        t.arg("--ranks", ranks).flag("--replicate-data")
+    } else {
+        t
+    }
 }
 
 /// The entries of a root and what `latest` says, to tell whether a killed run changed it.
@@ -116,6 +123,17 @@ fn phase(root: &Path, before: &(Vec<String>, Option<String>)) -> &'static str {
 
 #[test]
 fn kill_matrix_sigkill_at_random_points_recovers_and_resumes_exactly() {
+    kill_matrix(1);
+}
+
+/// The same with 4 ZeRO-1 ranks (threads of the killed process), whose final files must equal
+/// the uninterrupted single-rank run's.
+#[test]
+fn kill_matrix_with_four_zero_ranks() {
+    kill_matrix(4);
+}
+
+fn kill_matrix(ranks: usize) {
     let points: usize = std::env::var("BURN_CKPT_KILL_POINTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -124,18 +142,22 @@ fn kill_matrix_sigkill_at_random_points_recovers_and_resumes_exactly() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0x6b69_6c6c);
-    eprintln!("kill matrix: {points} kill points, seed {seed} (BURN_CKPT_KILL_SEED to replay)");
+    eprintln!(
+        "kill matrix ({ranks} rank(s)): {points} kill points, seed {seed} \
+         (BURN_CKPT_KILL_SEED to replay)"
+    );
     let t_all = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
-    let b = run_to(&base).run_ok();
+    // The reference is always the single-rank run: N ZeRO ranks must write its bytes.
+    let b = run_to(&base, 1).run_ok();
     assert_eq!(latest_step(&base), Some(STEPS));
     // Calibrate the kill window on a run with persists slowed like the ones below.
-    let cal = run_to(&tmp.path().join("calibrate"))
+    let cal = run_to(&tmp.path().join("calibrate"), ranks)
         .failpoint(failpoints::FSYNC_PART, "sleep(10)")
         .run_ok();
     // A resume with nothing left to do: the cost of starting a trainer.
-    let idle = run_to(&base).flag("--resume").run_ok();
+    let idle = run_to(&base, ranks).flag("--resume").run_ok();
     let startup_ms = idle.elapsed.as_millis() as u64;
     let full_ms = (cal.elapsed.as_millis() as u64).max(startup_ms + 50);
     eprintln!(
@@ -168,7 +190,7 @@ fn kill_matrix_sigkill_at_random_points_recovers_and_resumes_exactly() {
         // persists, where the protocol phases are.
         let delay_ms = startup_ms / 2 + rng.below(full_ms - startup_ms / 2);
         let before = disk_state(&root);
-        let mut child = run_to(&root)
+        let mut child = run_to(&root, ranks)
             .flag("--resume")
             .failpoint(fp, format!("sleep({sleep_ms})"))
             .command()
@@ -210,7 +232,7 @@ fn kill_matrix_sigkill_at_random_points_recovers_and_resumes_exactly() {
         let check = tmp.path().join("check");
         let _ = std::fs::remove_dir_all(&check);
         copy_tree(&root, &check);
-        run_to(&check).flag("--resume").run_ok();
+        run_to(&check, ranks).flag("--resume").run_ok();
         assert_eq!(latest_step(&check), Some(STEPS));
         assert_published_valid(&check);
         assert!(tmp_entries(&check).is_empty(), "{:?}", tmp_entries(&check));
@@ -223,7 +245,7 @@ fn kill_matrix_sigkill_at_random_points_recovers_and_resumes_exactly() {
         }
     }
     eprintln!(
-        "kill matrix: {landed} kills landed in {attempts} attempts over {} chains, {:.1} s",
+        "kill matrix ({ranks} rank(s)): {landed} kills landed in {attempts} attempts over {} chains, {:.1} s",
         chain + 1,
         t_all.elapsed().as_secs_f64()
     );
