@@ -44,6 +44,7 @@ fn small_config(kv: &HashMap<String, String>) -> DemoConfig {
         Some("burn") => SaveMode::Burn,
         _ => SaveMode::Async,
     };
+    cfg.snapshot_budget = kv.get("snapshot_budget").map(|v| v.parse().unwrap());
     #[cfg(feature = "wgpu")]
     if kv.get("backend").map(String::as_str) == Some("wgpu") {
         cfg.backend = demo::Backend::Wgpu;
@@ -252,17 +253,30 @@ fn async_and_sync_write_identical_bytes_from_the_same_init() {
             ("mode", s("sync")),
         ],
     );
+    // Over a snapshot budget, async saves copy eagerly on the training thread: same bytes.
+    let c = tmp.path().join("eager");
+    let rc = train_ok(
+        &c,
+        &[
+            ("steps", s(18)),
+            ("init_from", s(init.display())),
+            ("snapshot_budget", s(1)),
+        ],
+    );
+    assert_eq!(rc["eager_saves"], serde_json::json!([6, 12, 18]));
+    assert_eq!(ra["eager_saves"], serde_json::json!([]));
     for st in [6, 12, 18] {
         assert_same_files(&step_dir(&a, st), &step_dir(&b, st));
+        assert_same_files(&step_dir(&a, st), &step_dir(&c, st));
     }
     assert_eq!(ra["saves"].as_array().unwrap().len(), 3);
     assert_eq!(rb["saves"].as_array().unwrap().len(), 3);
     // --init-from took the model, ParamIds included: a run without it differs.
-    let c = tmp.path().join("plain");
-    train_ok(&c, &[("steps", s(6))]);
+    let plain = tmp.path().join("plain");
+    train_ok(&plain, &[("steps", s(6))]);
     assert_ne!(
         std::fs::read(step_dir(&a, 6).join(MODEL_FILE)).unwrap(),
-        std::fs::read(step_dir(&c, 6).join(MODEL_FILE)).unwrap()
+        std::fs::read(step_dir(&plain, 6).join(MODEL_FILE)).unwrap()
     );
 }
 

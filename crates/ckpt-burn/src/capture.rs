@@ -193,6 +193,29 @@ impl<M: Module + 'static> FrozenState<M> {
         snap.with_capture_time(capture_time + t0.elapsed())
     }
 
+    /// The snapshot to submit under a memory budget for held state. A handle-clone snapshot
+    /// costs no copy, but until it is persisted it pins a copy of the state (the next updates
+    /// allocate instead of writing in place; on a GPU that is device memory). When
+    /// `held + estimate` exceeds `budget` (`held`: what in-flight snapshots pin, `estimate`:
+    /// what this one will, for example the previous checkpoint's size), the state is copied
+    /// eagerly instead: the records are encoded to host bytes on the calling thread and the
+    /// handles released, so training updates in place again; writing still happens in the
+    /// background. Returns the snapshot and whether it was copied eagerly. Same bytes either way.
+    pub fn into_snapshot_within(
+        self,
+        held: u64,
+        estimate: u64,
+        budget: u64,
+    ) -> Result<(Snapshot, bool)> {
+        if held.saturating_add(estimate) <= budget {
+            return Ok((self.into_snapshot(), false));
+        }
+        let t0 = Instant::now();
+        let capture = self.capture_time;
+        let snap = self.encode()?.into_snapshot();
+        Ok((snap.with_capture_time(capture + t0.elapsed()), true))
+    }
+
     /// Encodes every part on the calling thread (the blocking path; the same bytes as the
     /// producers of [`Self::into_snapshot`] write).
     pub fn encode(self) -> Result<EncodedState> {

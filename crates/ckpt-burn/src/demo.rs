@@ -246,6 +246,9 @@ pub struct DemoConfig {
     pub max_in_flight: usize,
     /// What a save does when `max_in_flight` are already persisting.
     pub backpressure: Backpressure,
+    /// Memory (bytes) that held handle-clone snapshots may pin; above it a save copies the
+    /// state eagerly on the training thread instead (`None`: no limit).
+    pub snapshot_budget: Option<u64>,
 }
 
 impl DemoConfig {
@@ -273,6 +276,7 @@ impl DemoConfig {
             on_save_error: SaveErrorPolicy::Stop,
             max_in_flight: 1,
             backpressure: Backpressure::Block,
+            snapshot_budget: None,
         }
     }
 
@@ -352,6 +356,9 @@ pub struct DemoReport {
     pub save_mode: Option<SaveMode>,
     /// Checkpoints dropped by the `skip` backpressure policy.
     pub skipped: u64,
+    /// Steps whose snapshot was copied eagerly because held snapshots would have exceeded
+    /// `snapshot_budget`.
+    pub eager_saves: Vec<u64>,
     /// Checkpoints that failed to persist (only under [`SaveErrorPolicy::Continue`]).
     pub failed_saves: Vec<FailedSave>,
     /// Total time saves waited for a free persist slot (backpressure `block`).
@@ -667,7 +674,25 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                     }
                     loop {
                         let frozen = FrozenState::capture(&model, &optim, &sched, trainer.clone());
-                        match e.submit(frozen.into_snapshot()) {
+                        let snap = match cfg.snapshot_budget {
+                            None => frozen.into_snapshot(),
+                            Some(budget) => {
+                                // What one snapshot pins: the last checkpoint's size, or before
+                                // the first one the model and two AdamW moments.
+                                let estimate = events
+                                    .last()
+                                    .map(|ev| ev.bytes)
+                                    .unwrap_or(model.num_params() as u64 * 4 * 3);
+                                let held = e.in_flight() as u64 * estimate;
+                                let (snap, eager) =
+                                    frozen.into_snapshot_within(held, estimate, budget)?;
+                                if eager {
+                                    report.eager_saves.push(step);
+                                }
+                                snap
+                            }
+                        };
+                        match e.submit(snap) {
                             Ok(SubmitOutcome::Skipped { .. }) if step == final_step => {
                                 // The final checkpoint is never skipped: wait for a slot.
                                 events.extend(wait_saves(e, cfg, &mut report, final_step)?);
