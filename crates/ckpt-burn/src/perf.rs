@@ -90,7 +90,7 @@ pub const STATE_SIZES: [StateSize; 4] = [
     StateSize {
         label: "4gb",
         hidden: 8192,
-        layers: 5,
+        layers: 6,
     },
 ];
 
