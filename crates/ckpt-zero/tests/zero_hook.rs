@@ -144,12 +144,21 @@ fn train(
     assert!(result.error.is_none(), "{:?}", result.error);
 }
 
+/// Burn's backend RNG is process-global and these tests seed it to initialize identical
+/// models: they must not run at the same time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn dir(root: &Path, step: u64) -> std::path::PathBuf {
     root.join(checkpoint_dir_name(step))
 }
 
 #[test]
 fn two_ranks_in_burns_learner_publish_the_bytes_of_one() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let one = tmp.path().join("one");
     let two = tmp.path().join("two");
@@ -183,6 +192,7 @@ fn two_ranks_in_burns_learner_publish_the_bytes_of_one() {
 
 #[test]
 fn per_rank_checkpoints_from_the_learner_resume_on_one_rank() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("zero");
     // Each of 2 ranks reads half the data: 4 steps an epoch, checkpoints at 3 and 6.

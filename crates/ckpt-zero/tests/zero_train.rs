@@ -26,6 +26,14 @@ fn cfg(dir: &Path, ranks: usize, steps: u64) -> ZeroConfig {
     z
 }
 
+/// The plain trainer seeds Burn's process-global RNG without the rank lock `run_threads`
+/// uses, so these tests must not run at the same time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn step_dir(root: &Path, step: u64) -> PathBuf {
     root.join(ckpt_core::checkpoint_dir_name(step))
 }
@@ -49,6 +57,7 @@ const ALL: [&str; 4] = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE];
 
 #[test]
 fn two_and_four_ranks_write_the_bytes_of_one_rank() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut roots = Vec::new();
     for ranks in [1, 2, 4] {
@@ -91,6 +100,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn per_rank_checkpoints_reshard_on_load() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     // Reference: one rank, consolidated, uninterrupted to 16.
     let base = tmp.path().join("base");
@@ -143,6 +153,7 @@ fn per_rank_checkpoints_reshard_on_load() {
 
 #[test]
 fn bad_configurations_are_refused() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut c = cfg(tmp.path(), 0, 4);
     assert!(
