@@ -260,33 +260,14 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             },
             None => 1,
         };
-        let summary_config = training_components.summary.clone();
-        let mut training_components = training_components;
-        interrupter.fail_on_error(training_components.event_processor.process_train(
-            LearnerEvent::Start {
-                total_epochs: training_components.num_epochs,
-                starting_epoch,
-                label: training_components.label.clone(),
-            },
-        ));
-        let (model, mut event_processor) = self.fit(
-            training_components,
+        train_from_epoch(
+            self,
             learner,
             dataloader_train,
             dataloader_valid,
+            training_components,
             starting_epoch,
-        );
-        let summary = summary_config.and_then(|s| s.init().ok());
-        interrupter.fail_on_error(event_processor.process_train(LearnerEvent::End(summary)));
-        let model = model.valid();
-        interrupter.fail_on_error(event_processor.flush());
-        let renderer = event_processor.renderer();
-        LearningResult::<M> {
-            model,
-            renderer,
-            interrupted: interrupter.interruption(),
-            error: interrupter.error(),
-        }
+        )
     }
 
     fn fit(
@@ -300,7 +281,6 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
         let dataloader_train = dataloader_train.to_device(&self.device);
         let train_total = dataloader_train.num_items();
         let dataloader_valid = dataloader_valid.to_device(&self.device.clone().inner());
-        let valid_total = dataloader_valid.num_items();
         learner.fork(&self.device);
 
         let cached = self.resume.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -408,36 +388,13 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                 break;
             }
 
-            // Validation epoch (burn-train's SingleDeviceValidEpoch).
-            interrupter.fail_on_error(event_processor.process_valid(LearnerEvent::StartSplit {
-                epoch_number: epoch,
-                total_items: valid_total,
-            }));
-            let model = learner.model().valid();
-            let mut iterator = dataloader_valid.iter();
-            let mut valid_iteration = 0usize;
-            while let Some(item) = iterator.next() {
-                let item = match item {
-                    Ok(item) => item,
-                    Err(err) => {
-                        interrupter.fail(err);
-                        break;
-                    }
-                };
-                let item_progress = iterator.progress();
-                valid_iteration += 1;
-                let out = InferenceStep::step(&model, item);
-                let item = TrainingItem::new(out, item_progress, Some(valid_iteration), None);
-                interrupter.fail_on_error(
-                    event_processor.process_valid(LearnerEvent::ProcessedItem(item)),
-                );
-                if interrupter.should_stop() {
-                    break;
-                }
-            }
-            interrupter.fail_on_error(event_processor.process_valid(LearnerEvent::EndSplit(epoch)));
-            interrupter.fail_on_error(event_processor.process_train(LearnerEvent::EndEpoch(epoch)));
-            interrupter.fail_on_error(event_processor.flush());
+            valid_epoch(
+                &learner,
+                &dataloader_valid,
+                epoch,
+                &mut event_processor,
+                &interrupter,
+            );
             if interrupter.should_stop() {
                 break;
             }
@@ -454,4 +411,84 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
         }
         (learner.model(), event_processor)
     }
+}
+
+/// Burn's default [`SupervisedLearningStrategy::train`] with the starting epoch chosen by the
+/// caller (the default derives it from an epoch-keyed `.checkpoint(n)`): emits the start event,
+/// runs `strategy.fit`, emits the end event with the summary, flushes and builds the result.
+pub fn train_from_epoch<M: LearnerModel, S: SupervisedLearningStrategy<M> + ?Sized>(
+    strategy: &S,
+    learner: Learner<M>,
+    dataloader_train: TrainLoader<M>,
+    dataloader_valid: ValidLoader<M>,
+    mut components: TrainingComponents<M>,
+    starting_epoch: usize,
+) -> LearningResult<M> {
+    let interrupter = components.interrupter.clone();
+    let summary_config = components.summary.clone();
+    interrupter.fail_on_error(
+        components
+            .event_processor
+            .process_train(LearnerEvent::Start {
+                total_epochs: components.num_epochs,
+                starting_epoch,
+                label: components.label.clone(),
+            }),
+    );
+    let (model, mut event_processor) = strategy.fit(
+        components,
+        learner,
+        dataloader_train,
+        dataloader_valid,
+        starting_epoch,
+    );
+    let summary = summary_config.and_then(|s| s.init().ok());
+    interrupter.fail_on_error(event_processor.process_train(LearnerEvent::End(summary)));
+    let model = model.valid();
+    interrupter.fail_on_error(event_processor.flush());
+    let renderer = event_processor.renderer();
+    LearningResult::<M> {
+        model,
+        renderer,
+        interrupted: interrupter.interruption(),
+        error: interrupter.error(),
+    }
+}
+
+/// One validation epoch of `learner`'s model (burn-train's `SingleDeviceValidEpoch`) with its
+/// events, then the end-of-epoch event and a flush. Stops early when `interrupter` says so.
+pub fn valid_epoch<M: LearnerModel>(
+    learner: &Learner<M>,
+    loader: &ValidLoader<M>,
+    epoch: usize,
+    events: &mut SupervisedTrainingEventProcessor<M>,
+    interrupter: &Interrupter,
+) {
+    interrupter.fail_on_error(events.process_valid(LearnerEvent::StartSplit {
+        epoch_number: epoch,
+        total_items: loader.num_items(),
+    }));
+    let model = learner.model().valid();
+    let mut iterator = loader.iter();
+    let mut iteration = 0usize;
+    while let Some(item) = iterator.next() {
+        let item = match item {
+            Ok(item) => item,
+            Err(err) => {
+                interrupter.fail(err);
+                break;
+            }
+        };
+        let progress = iterator.progress();
+        iteration += 1;
+        let out = InferenceStep::step(&model, item);
+        let item = TrainingItem::new(out, progress, Some(iteration), None);
+        interrupter.fail_on_error(events.process_valid(LearnerEvent::ProcessedItem(item)));
+        if interrupter.should_stop() {
+            break;
+        }
+    }
+    interrupter.fail_on_error(events.process_valid(LearnerEvent::EndSplit(epoch)));
+    interrupter.fail_on_error(events.process_train(LearnerEvent::EndEpoch(epoch)));
+    interrupter.fail_on_error(events.flush());
 }

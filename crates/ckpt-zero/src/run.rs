@@ -106,6 +106,27 @@ fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
     Ok((Some(engine), report.latest.map(|c| c.path)))
 }
 
+/// Joins the other rank threads after rank 0 finished with `r0`: rank 0's own error first,
+/// else the first other rank's (a panic included), else rank 0's result.
+pub(crate) fn join_ranks<T>(
+    r0: Result<T>,
+    handles: Vec<(usize, std::thread::ScopedJoinHandle<'_, Result<()>>)>,
+) -> Result<T> {
+    let mut first_err = None;
+    for (rank, h) in handles {
+        let reason = match h.join() {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "panicked".into(),
+        };
+        first_err.get_or_insert(Error::Rank { rank, reason });
+    }
+    match (r0, first_err) {
+        (Ok(v), None) => Ok(v),
+        (Err(e), _) | (Ok(_), Some(e)) => Err(e),
+    }
+}
+
 /// Runs `cfg.ranks` ranks as threads of this process; returns rank 0's report.
 pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
     cfg.validate()?;
@@ -122,7 +143,7 @@ pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Res
             let h = std::thread::Builder::new()
                 .name(format!("zero-rank-{rank}"))
                 .spawn_scoped(s, move || {
-                    run_rank(cfg, Box::new(g), None, latest, &mut |_| {})
+                    run_rank(cfg, Box::new(g), None, latest, &mut |_| {}).map(|_| ())
                 })
                 .map_err(|e| Error::Rank {
                     rank,
@@ -131,21 +152,7 @@ pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Res
             handles.push((rank, h));
         }
         let r0 = run_rank(cfg, Box::new(g0), engine, latest.clone(), progress);
-        let mut first_err = r0.as_ref().err().map(|e| e.to_string());
-        for (rank, h) in handles {
-            let r = h.join().map_err(|_| Error::Rank {
-                rank,
-                reason: "panicked".into(),
-            });
-            if let Err(e) | Ok(Err(e)) = r.map(|x| x.map(|_| ())) {
-                first_err.get_or_insert(format!("rank {rank}: {e}"));
-            }
-        }
-        match (r0, first_err) {
-            (Ok(report), None) => Ok(report),
-            (Err(e), _) => Err(e),
-            (Ok(_), Some(e)) => Err(Error::Rank { rank: 0, reason: e }),
-        }
+        join_ranks(r0, handles)
     })
 }
 

@@ -49,12 +49,12 @@ use burn::tensor::{Bytes, Device};
 use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, CheckpointerError};
 use burn::train::metric::store::EventStoreClient;
 use burn::train::{
-    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearnerModel,
-    LearningCheckpointer, LearningResult, SupervisedLearningStrategy,
-    SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents, TrainingItem,
-    TrainingStrategy, ValidLoader,
+    EventProcessorTraining, Interrupter, Learner, LearnerEvent, LearnerModel, LearningCheckpointer,
+    LearningResult, SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader,
+    TrainingComponents, TrainingItem, TrainingStrategy, ValidLoader,
 };
 use ckpt_burn::checkpointers::AlwaysSave;
+use ckpt_burn::strategy::{train_from_epoch, valid_epoch};
 use ckpt_burn::{DataCursor, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state};
 use ckpt_core::{Engine, EngineConfig};
 use crossbeam_channel::{Receiver, Sender};
@@ -230,26 +230,16 @@ impl<M: LearnerModel> Records<M> {
         store: &EventStoreClient,
     ) -> Result<(OptimShard, LrSchedulerRecord)> {
         self.checkpointer.checkpoint(learner, key, store);
-        let gone =
-            |what: &str| Error::Config(format!("Burn's checkpointer lost the {what} record"));
-        let recv = |e: std::result::Result<String, ()>| match e {
-            Ok(reason) => Error::Config(reason),
-            Err(()) => gone("records"),
-        };
-        self.model
-            .recv()
-            .map_err(|_| gone("model"))?
-            .map_err(|e| recv(Ok(e)))?;
-        let optim = self
-            .optim
-            .recv()
-            .map_err(|_| gone("optimizer"))?
-            .map_err(|e| recv(Ok(e)))?;
-        let sched = self
-            .sched
-            .recv()
-            .map_err(|_| gone("scheduler"))?
-            .map_err(|e| recv(Ok(e)))?;
+        fn got<T>(
+            what: &str,
+            r: std::result::Result<std::result::Result<T, String>, crossbeam_channel::RecvError>,
+        ) -> Result<T> {
+            r.map_err(|_| Error::Config(format!("Burn's checkpointer lost the {what} record")))?
+                .map_err(Error::Config)
+        }
+        got("model", self.model.recv())?;
+        let optim = got("optimizer", self.optim.recv())?;
+        let sched = got("scheduler", self.sched.recv())?;
         Ok((optim, sched))
     }
 }
@@ -450,7 +440,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
         learner: Learner<M>,
         dataloader_train: TrainLoader<M>,
         dataloader_valid: ValidLoader<M>,
-        mut components: TrainingComponents<M>,
+        components: TrainingComponents<M>,
     ) -> LearningResult<M> {
         let interrupter = components.interrupter.clone();
         let starting_epoch = match self.resume_dir().map(load_trainer_state) {
@@ -461,34 +451,14 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
             }
             None => 1,
         };
-        let summary_config = components.summary.clone();
-        interrupter.fail_on_error(
-            components
-                .event_processor
-                .process_train(LearnerEvent::Start {
-                    total_epochs: components.num_epochs,
-                    starting_epoch,
-                    label: components.label.clone(),
-                }),
-        );
-        let (model, mut events) = self.fit(
-            components,
+        train_from_epoch(
+            self,
             learner,
             dataloader_train,
             dataloader_valid,
+            components,
             starting_epoch,
-        );
-        let summary = summary_config.and_then(|s| s.init().ok());
-        interrupter.fail_on_error(events.process_train(LearnerEvent::End(summary)));
-        let model = model.valid();
-        interrupter.fail_on_error(events.flush());
-        let renderer = events.renderer();
-        LearningResult::<M> {
-            model,
-            renderer,
-            interrupted: interrupter.interruption(),
-            error: interrupter.error(),
-        }
+        )
     }
 
     fn fit(
@@ -566,35 +536,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
                             epoch: usize,
                             events: &mut SupervisedTrainingEventProcessor<M>|
              -> bool {
-                // Burn's single-device validation epoch, on rank 0.
-                interrupter.fail_on_error(events.process_valid(LearnerEvent::StartSplit {
-                    epoch_number: epoch,
-                    total_items: valid.num_items(),
-                }));
-                let model = learner.model().valid();
-                let mut it = valid.iter();
-                let mut i = 0usize;
-                while let Some(item) = it.next() {
-                    let item = match item {
-                        Ok(item) => item,
-                        Err(err) => {
-                            interrupter.fail(err);
-                            break;
-                        }
-                    };
-                    i += 1;
-                    let progress = it.progress();
-                    let out = InferenceStep::step(&model, item);
-                    let item = TrainingItem::new(out, progress, Some(i), None);
-                    interrupter
-                        .fail_on_error(events.process_valid(LearnerEvent::ProcessedItem(item)));
-                    if interrupter.should_stop() {
-                        break;
-                    }
-                }
-                interrupter.fail_on_error(events.process_valid(LearnerEvent::EndSplit(epoch)));
-                interrupter.fail_on_error(events.process_train(LearnerEvent::EndEpoch(epoch)));
-                interrupter.fail_on_error(events.flush());
+                valid_epoch(learner, valid, epoch, events, &interrupter);
                 !interrupter.should_stop()
                     && early_stopping
                         .as_mut()
@@ -611,28 +553,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
                 Some(leader),
                 validate,
             );
-            let mut first_err = None;
-            for (rank, h) in handles {
-                match h.join() {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        first_err.get_or_insert(Error::Rank {
-                            rank,
-                            reason: e.to_string(),
-                        });
-                    }
-                    Err(_) => {
-                        first_err.get_or_insert(Error::Rank {
-                            rank,
-                            reason: "panicked".into(),
-                        });
-                    }
-                }
-            }
-            match (r0, first_err) {
-                (Ok(l), None) => Ok(l),
-                (Err(e), _) | (Ok(_), Some(e)) => Err(e),
-            }
+            crate::run::join_ranks(r0, handles)
         });
         match outcome {
             Ok(l) => (l.model(), event_processor),
