@@ -5,19 +5,14 @@
 //! `CKPT_BENCH_MIB` sets the state size (default 1024 MiB, written as 8 equal parts).
 //! `CKPT_BENCH_DIR` sets where to write (default: a temporary directory under `target/`).
 
-use std::{path::PathBuf, time::Duration};
+mod common;
+
+use std::time::Duration;
 
 use burn_ckpt::ckpt_burn::perf::{engine_persist, persist_parts, write_fsync_floor};
 use ckpt_core::{Engine, EngineConfig, Retention};
+use common::bench_dir;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-
-fn bench_dir() -> tempfile::TempDir {
-    let base = std::env::var("CKPT_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    std::fs::create_dir_all(&base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
-}
 
 fn persist(c: &mut Criterion) {
     let mib: usize = std::env::var("CKPT_BENCH_MIB")

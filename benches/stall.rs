@@ -17,19 +17,14 @@
 //! three). `CKPT_BENCH_DIR` sets where to write (default: a temporary directory under
 //! `target/`).
 
-use std::{path::PathBuf, time::Duration};
+mod common;
+
+use std::time::Duration;
 
 use burn_ckpt::ckpt_burn::perf::{MemcpyFloor, StateSize, TrainState};
 use ckpt_core::{Engine, EngineConfig, Retention};
+use common::bench_dir;
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
-
-fn bench_dir() -> tempfile::TempDir {
-    let base = std::env::var("CKPT_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    std::fs::create_dir_all(&base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
-}
 
 fn stall(c: &mut Criterion) {
     let wanted = std::env::var("CKPT_STALL_SIZES").unwrap_or_else(|_| "10mb,100mb,1gb".into());

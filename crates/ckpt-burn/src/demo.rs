@@ -447,6 +447,56 @@ impl BurnCheckpointers {
     }
 }
 
+/// The engine configuration of `cfg` (root, persist slots, backpressure, retention).
+pub fn engine_config(cfg: &DemoConfig) -> EngineConfig {
+    let ec = EngineConfig::new(&cfg.dir)
+        .max_in_flight(cfg.max_in_flight)
+        .backpressure(cfg.backpressure);
+    match cfg.keep_last {
+        Some(k) => ec.retention(Retention::keep_last(k.max(1))),
+        None => ec,
+    }
+}
+
+/// Opens `cfg`'s root (recovery under the lock; skipped invalid checkpoints are logged) and
+/// returns the engine and the checkpoint a resume starts from.
+pub fn open_engine(cfg: &DemoConfig) -> Result<(Engine, Option<PathBuf>)> {
+    let (engine, report) = Engine::open(engine_config(cfg))?;
+    for (p, why) in &report.quarantined {
+        tracing::warn!(path = %p.display(), reason = %why, "skipped an invalid checkpoint");
+    }
+    Ok((engine, report.latest.map(|c| c.path)))
+}
+
+/// The fresh model of `cfg`: weights from the device RNG seeded with `cfg.seed`, ParamIds
+/// derived from it. Seeds the (process-global) RNG: serialize with other users.
+pub fn fresh_model(cfg: &DemoConfig, device: &Device) -> Mlp {
+    device.seed(cfg.seed);
+    assign_param_ids(
+        Mlp::new(cfg.hidden, cfg.layers, cfg.dropout, device),
+        cfg.seed,
+    )
+}
+
+/// The synthetic dataset of `cfg` behind a resumable loader shuffled with `shuffle_seed`.
+pub fn data_loader(
+    cfg: &DemoConfig,
+    shuffle_seed: u64,
+    device: &Device,
+) -> Result<ResumableDataLoader<Sample, Batch>> {
+    let dataset = Arc::new(InMemDataset::new(synthetic_dataset(
+        cfg.dataset_size,
+        cfg.seed ^ 0xda7a,
+    )));
+    ResumableDataLoader::new(
+        dataset,
+        Arc::new(SampleBatcher),
+        cfg.batch_size,
+        shuffle_seed,
+        device.clone(),
+    )
+}
+
 /// The demo's optimizer: AdamW with weight decay 0.01.
 pub fn optimizer() -> ModuleOptimizer {
     AdamWConfig::new().with_weight_decay(1e-2).init()
@@ -548,43 +598,17 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut engine = None;
     let mut latest = None;
     if use_engine {
-        let mut ec = EngineConfig::new(&cfg.dir)
-            .max_in_flight(cfg.max_in_flight)
-            .backpressure(cfg.backpressure);
-        if let Some(k) = cfg.keep_last {
-            ec = ec.retention(Retention::keep_last(k.max(1)));
-        }
-        let (e, report) = Engine::open(ec)?;
-        if report.fell_back() {
-            for (p, why) in &report.quarantined {
-                tracing::warn!(path = %p.display(), reason = %why, "skipped an invalid checkpoint");
-            }
-        }
-        latest = report.latest.map(|c| c.path);
+        let (e, l) = open_engine(cfg)?;
+        latest = l;
         engine = Some(e);
     } else if cfg.resume {
         latest = crate::latest_valid(&cfg.dir)?;
     }
 
-    // Fresh state: seeded weights, seed-derived ParamIds.
-    device.seed(cfg.seed);
-    let mut model = assign_param_ids(
-        Mlp::new(cfg.hidden, cfg.layers, cfg.dropout, &device),
-        cfg.seed,
-    );
+    let mut model = fresh_model(cfg, &device);
     let mut optim = optimizer();
     let mut sched = scheduler(cfg.lr)?;
-    let dataset = Arc::new(InMemDataset::new(synthetic_dataset(
-        cfg.dataset_size,
-        cfg.seed ^ 0xda7a,
-    )));
-    let loader = ResumableDataLoader::new(
-        dataset,
-        Arc::new(SampleBatcher),
-        cfg.batch_size,
-        cfg.seed,
-        device.clone(),
-    )?;
+    let loader = data_loader(cfg, cfg.seed, &device)?;
 
     let mut report = DemoReport {
         save_mode: cfg.checkpointing().then_some(cfg.save_mode),

@@ -10,23 +10,20 @@
 use std::{
     collections::BTreeMap,
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
-use burn::data::dataset::InMemDataset;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::optim::GradientsParams;
 use burn::tensor::Bytes;
 use ckpt_burn::demo::{
-    DemoConfig, DemoReport, Frequency, Mlp, SampleBatcher, SaveRecord, StepInfo, optimizer,
-    scheduler, synthetic_dataset,
+    self, DemoConfig, DemoReport, Frequency, SaveRecord, StepInfo, optimizer, scheduler,
 };
 use ckpt_burn::{
-    DataCursor, ResumableDataLoader, TrainerState, assign_param_ids, load_model, load_scheduler,
-    load_trainer_state, mix_seed, step_seed,
+    DataCursor, TrainerState, load_model, load_scheduler, load_trainer_state, mix_seed, step_seed,
 };
-use ckpt_core::{Engine, EngineConfig, Retention};
+use ckpt_core::Engine;
 
 use crate::collective::{Collective, ThreadGroup};
 use crate::shards::{filter_optimizer, read_full_optimizer};
@@ -84,7 +81,8 @@ impl ZeroConfig {
     }
 }
 
-/// Opens rank 0's engine (recovery under the root lock) and finds the checkpoint to resume.
+/// Opens rank 0's engine (recovery under the root lock) and finds the checkpoint to resume;
+/// no engine when checkpointing is off.
 fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
     let d = &cfg.demo;
     if matches!(d.frequency, Frequency::EverySteps(0)) {
@@ -95,15 +93,8 @@ fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
         };
         return Ok((None, latest));
     }
-    let mut ec = EngineConfig::new(&d.dir);
-    if let Some(k) = d.keep_last {
-        ec = ec.retention(Retention::keep_last(k.max(1)));
-    }
-    let (engine, report) = Engine::open(ec)?;
-    for (p, why) in &report.quarantined {
-        tracing::warn!(path = %p.display(), reason = %why, "skipped an invalid checkpoint");
-    }
-    Ok((Some(engine), report.latest.map(|c| c.path)))
+    let (engine, latest) = demo::open_engine(d)?;
+    Ok((Some(engine), latest))
 }
 
 /// Joins the other rank threads after rank 0 finished with `r0`: rank 0's own error first,
@@ -213,8 +204,7 @@ fn run_rank(
 
     let mut model = {
         let _g = RNG_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        device.seed(d.seed);
-        assign_param_ids(Mlp::new(d.hidden, d.layers, d.dropout, &device), d.seed)
+        demo::fresh_model(d, &device)
     };
     let mut optim = optimizer();
     let mut sched = scheduler(d.lr)?;
@@ -223,17 +213,7 @@ fn run_rank(
     } else {
         mix_seed(&[d.seed, rank as u64, 0x2a4b])
     };
-    let dataset = Arc::new(InMemDataset::new(synthetic_dataset(
-        d.dataset_size,
-        d.seed ^ 0xda7a,
-    )));
-    let loader = ResumableDataLoader::new(
-        dataset,
-        Arc::new(SampleBatcher),
-        d.batch_size,
-        shuffle_seed,
-        device.clone(),
-    )?;
+    let loader = demo::data_loader(d, shuffle_seed, &device)?;
 
     let mut report = DemoReport {
         save_mode: Some(d.save_mode),

@@ -73,15 +73,24 @@ pub fn merge_optimizer_shards(shards: Vec<(String, Vec<u8>)>) -> Result<Vec<u8>>
         }
         tensors.extend(ts);
     }
-    tensors.sort_by(|a, b| a.name.cmp(&b.name));
+    write_canonical("merged shards", tensors, scalars, metadata)
+}
+
+/// Writes an optimizer record from its parts in the canonical layout `ckpt-burn` writes.
+fn write_canonical(
+    source: &str,
+    tensors: Vec<burn_pack::Tensor>,
+    scalars: impl IntoIterator<Item = (String, burn_pack::Scalar)>,
+    metadata: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<u8>> {
     let mut writer = Writer::new(tensors);
-    for (k, v) in &scalars {
-        writer = writer.with_scalar(k, *v);
+    for (k, v) in scalars {
+        writer = writer.with_scalar(&k, v);
     }
-    for (k, v) in &metadata {
-        writer = writer.with_metadata(k, v);
+    for (k, v) in metadata {
+        writer = writer.with_metadata(&k, &v);
     }
-    let bytes = writer.into_bytes().map_err(|e| bad("merged shards", e))?;
+    let bytes = writer.into_bytes().map_err(|e| bad(source, e))?;
     canonicalize_optimizer_bytes(bytes.to_vec()).map_err(Error::Burn)
 }
 
@@ -112,15 +121,7 @@ pub fn filter_optimizer(
         .into_iter()
         .filter(|t| t.param_id.is_none_or(&keep))
         .collect();
-    let mut writer = Writer::new(tensors);
-    for (k, v) in &scalars {
-        writer = writer.with_scalar(k, *v);
-    }
-    for (k, v) in &metadata {
-        writer = writer.with_metadata(k, v);
-    }
-    let bytes = writer.into_bytes().map_err(|e| bad(source, e))?;
-    canonicalize_optimizer_bytes(bytes.to_vec()).map_err(Error::Burn)
+    write_canonical(source, tensors, scalars, metadata)
 }
 
 /// The full optimizer record of a checkpoint directory in the canonical layout, whatever layout

@@ -2,39 +2,29 @@
 //! collective timeout (no hang), nothing is published for that step, `latest` stays valid, and
 //! resuming reproduces the uninterrupted run. Its own test binary: failpoints are global.
 
-use std::path::Path;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use ckpt_burn::demo::{DemoConfig, Frequency};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, TRAINER_FILE};
 use ckpt_zero::ShardFormat;
 use ckpt_zero::checkpoint::FP_BEFORE_GATHER;
-use ckpt_zero::run::{ZeroConfig, run_threads};
-
-fn cfg(dir: &Path, ranks: usize, steps: u64, timeout: Duration) -> ZeroConfig {
-    let mut d = DemoConfig::new(dir);
-    d.hidden = 32;
-    d.layers = 2;
-    d.batch_size = 8;
-    d.dataset_size = 100;
-    d.keep_last = None;
-    d.steps = steps;
-    d.frequency = Frequency::EverySteps(4);
-    let mut z = ZeroConfig::new(d, ranks);
-    z.timeout = timeout;
-    z
-}
+use ckpt_zero::run::run_threads;
 
 #[test]
 fn a_rank_dying_mid_gather_fails_every_rank_and_publishes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
-    run_threads(&cfg(&base, 1, 12, Duration::from_secs(30)), &mut |_| {}).unwrap();
+    run_threads(
+        &common::small(&base, 1, 12, Duration::from_secs(30)),
+        &mut |_| {},
+    )
+    .unwrap();
 
     for format in [ShardFormat::Consolidated, ShardFormat::PerRank] {
         let root = tmp.path().join(format.to_string());
         let timeout = Duration::from_secs(3);
-        let mut c = cfg(&root, 4, 12, timeout);
+        let mut c = common::small(&root, 4, 12, timeout);
         c.shard_format = format;
         // Step 4's save passes on all 4 ranks; at step 8 the first rank to get there dies.
         fail::cfg(FP_BEFORE_GATHER, "4*off->1*return").unwrap();
@@ -55,7 +45,7 @@ fn a_rank_dying_mid_gather_fails_every_rank_and_publishes_nothing() {
             Some("step-00000004")
         );
 
-        let mut c = cfg(&root, 4, 12, Duration::from_secs(30));
+        let mut c = common::small(&root, 4, 12, Duration::from_secs(30));
         c.shard_format = format;
         c.demo.resume = true;
         let report = run_threads(&c, &mut |_| {}).unwrap();

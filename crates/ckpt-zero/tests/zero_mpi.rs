@@ -3,10 +3,11 @@
 //! Launched from `cargo test`; prints a clear SKIP when `mpirun` is missing.
 #![cfg(feature = "mpi")]
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
-use ckpt_burn::demo::{DemoConfig, Frequency};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
 use ckpt_zero::ShardFormat;
 use ckpt_zero::collective::mpi_launch::mpirun_command;
@@ -15,19 +16,10 @@ use ckpt_zero::run::{ZeroConfig, run_mpi, run_threads};
 const CHILD: &str = "CKPT_ZERO_MPI_CHILD";
 
 fn cfg(dir: &Path, ranks: usize, format: ShardFormat) -> ZeroConfig {
-    let mut d = DemoConfig::new(dir);
-    d.hidden = 32;
-    d.layers = 2;
-    d.batch_size = 8;
-    d.dataset_size = 100;
-    d.dropout = 0.2;
-    d.keep_last = None;
-    d.steps = 8;
-    d.seed = 5;
-    d.frequency = Frequency::EverySteps(4);
-    let mut z = ZeroConfig::new(d, ranks);
+    let mut z = common::small(dir, ranks, 8, Duration::from_secs(60));
+    z.demo.dropout = 0.2;
+    z.demo.seed = 5;
     z.shard_format = format;
-    z.timeout = Duration::from_secs(60);
     z
 }
 

@@ -2,27 +2,21 @@
 //! bytes as one, per-rank checkpoints reshard on load (4 to 2 and 1, 2 to 4) and continue to the
 //! same bytes, and checkpoint traffic runs beside training traffic.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use ckpt_burn::demo::{self, DemoConfig, Frequency};
+use std::path::Path;
+
+use ckpt_burn::demo::{self, Frequency};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
 use ckpt_zero::ShardFormat;
 use ckpt_zero::run::{ZeroConfig, run_threads};
 use ckpt_zero::shards::shard_file_name;
+use common::step_dir;
 
 fn cfg(dir: &Path, ranks: usize, steps: u64) -> ZeroConfig {
-    let mut d = DemoConfig::new(dir);
-    d.hidden = 32;
-    d.layers = 2;
-    d.batch_size = 8;
-    d.dataset_size = 100;
-    d.dropout = 0.2;
-    d.keep_last = None;
-    d.steps = steps;
-    d.seed = 11;
-    d.frequency = Frequency::EverySteps(4);
-    let mut z = ZeroConfig::new(d, ranks);
-    z.timeout = std::time::Duration::from_secs(30);
+    let mut z = common::small(dir, ranks, steps, std::time::Duration::from_secs(30));
+    z.demo.dropout = 0.2;
+    z.demo.seed = 11;
     z
 }
 
@@ -32,10 +26,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn step_dir(root: &Path, step: u64) -> PathBuf {
-    root.join(ckpt_core::checkpoint_dir_name(step))
 }
 
 fn read(dir: &Path, f: &str) -> Vec<u8> {
