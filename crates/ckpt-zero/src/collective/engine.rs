@@ -258,9 +258,26 @@ impl<L: Link> Engine<L> {
     fn send(&mut self, op: Op, dst: usize, kind: Kind, value: u64, payload: Vec<u8>) -> Result<()> {
         let frame = Frame::new(self.seq, op, kind, value, payload);
         let deadline = self.deadline();
-        self.link
-            .send(dst, frame, deadline)
-            .map_err(|e| self.link_error(op, dst, e))
+        match self.link.send(dst, frame, deadline) {
+            Ok(()) => Ok(()),
+            // A root that failed the call tells everyone why, then may leave before this rank
+            // reads it: report its reason, not only that it is gone.
+            Err(LinkError::Gone) => Err(self
+                .pending_failure(op, dst)
+                .unwrap_or_else(|| self.link_error(op, dst, LinkError::Gone))),
+            Err(e) => Err(self.link_error(op, dst, e)),
+        }
+    }
+
+    /// The `Fail` notice of the current call that `peer` left behind, if it is waiting.
+    fn pending_failure(&mut self, op: Op, peer: usize) -> Option<CollectiveError> {
+        let now = Instant::now();
+        while let Ok(frame) = self.link.recv(peer, now) {
+            if frame.seq == self.seq && frame.kind == Kind::Fail as u8 {
+                return Some(self.relayed_error(op, peer, &frame));
+            }
+        }
+        None
     }
 
     /// Receives the next frame of the current call from `src`, which must be of `kind`.
