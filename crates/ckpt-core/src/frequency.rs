@@ -1,15 +1,17 @@
 //! When to checkpoint: every N steps, every T seconds, or as often as an overhead budget
 //! allows (CheckFreq style).
 //!
-//! The budget controller measures, online, the step time without a persist running, the step
-//! time while one runs (the difference is interference), the stall per save and the persist
-//! time. With per-save cost `C = stall + interference` and step time `t`, saving every `k` steps
-//! costs `C / (k t)` of the run, so it picks the smallest `k` with `C / (k t) <= 0.9 budget`, and
-//! at least enough steps for the previous persist to finish: a save never starts while the
-//! previous one is still persisting. Time is passed in by the caller, so the controller runs
-//! the same under a simulated clock.
+//! The budget controller measures, online, what each save really costs the training loop: the
+//! stall plus the excess, over the baseline step time (the median of recent steps outside any
+//! save), of every step from the save until a few steps after its persist ended. That window
+//! catches interference of the persist thread on shared cores and the copy-on-write
+//! allocations after a handle-clone capture alike. It keeps account of the cost spent so far
+//! and takes the next save when the total, plus the estimated cost of that save, stays within
+//! 90 % of the budget of the training time; a save never starts while the previous one's
+//! window is open, so saves never overlap. Time is passed in by the caller, so the controller
+//! runs the same under a simulated clock.
 
-use std::time::Duration;
+use std::{collections::VecDeque, time::Duration};
 
 /// The checkpoint frequency policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,15 +64,40 @@ pub struct FrequencyController {
     last_save_step: Option<u64>,
     last_save_at: Option<Duration>,
     start_step: Option<u64>,
-    step_idle: Ewma,
+    /// Recent step times outside any save's cost window: the baseline.
+    clean: VecDeque<f64>,
+    /// The cost window of the newest save, while it is still being measured.
+    window: Option<Window>,
+    /// Measured cost per save (stall plus every step's excess over the baseline).
+    cost: Ewma,
+    last_cost: Option<f64>,
     step_busy: Ewma,
     stall: Ewma,
     persist: Ewma,
+    /// Training time observed so far: every step plus every stall.
+    elapsed: f64,
+    /// Measured cost of all closed windows.
+    spent: f64,
+}
+
+/// The steps from a save until [`FrequencyController::TAIL_STEPS`] steps after its persist
+/// ended: every extra second in them is the save's cost.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    steps: u64,
+    time: f64,
+    stall: Option<f64>,
+    after: u64,
 }
 
 impl FrequencyController {
     /// Fraction of the budget the controller aims at, leaving room for estimation noise.
     pub const HEADROOM: f64 = 0.9;
+    /// Steps after a persist ends that still count towards its cost (copy-on-write
+    /// allocations, memory returned and faulted in again, caches refilled).
+    pub const TAIL_STEPS: u64 = 3;
+    /// Clean steps kept for the baseline median.
+    const BASELINE_STEPS: usize = 64;
 
     /// A controller for `policy`.
     pub fn new(policy: FrequencyPolicy) -> Self {
@@ -79,10 +106,15 @@ impl FrequencyController {
             last_save_step: None,
             last_save_at: None,
             start_step: None,
-            step_idle: Ewma::default(),
+            clean: VecDeque::new(),
+            window: None,
+            cost: Ewma::default(),
+            last_cost: None,
             step_busy: Ewma::default(),
             stall: Ewma::default(),
             persist: Ewma::default(),
+            elapsed: 0.0,
+            spent: 0.0,
         }
     }
 
@@ -91,44 +123,87 @@ impl FrequencyController {
         self.policy
     }
 
+    /// The baseline step time: the median of recent steps outside any save's cost window.
+    fn baseline(&self) -> Option<f64> {
+        if self.clean.is_empty() {
+            return None;
+        }
+        let mut v: Vec<f64> = self.clean.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        Some(v[v.len() / 2])
+    }
+
     /// Records one training step's time (without any checkpoint stall), and whether a persist
     /// was running during it.
     pub fn observe_step(&mut self, step_time: Duration, persisting: bool) {
         let t = step_time.as_secs_f64();
+        self.elapsed += t;
         if persisting {
-            self.step_busy.add(t)
-        } else {
-            self.step_idle.add(t)
+            self.step_busy.add(t);
         }
+        let Some(w) = self.window.as_mut() else {
+            if !persisting {
+                self.clean.push_back(t);
+                if self.clean.len() > Self::BASELINE_STEPS {
+                    self.clean.pop_front();
+                }
+            }
+            return;
+        };
+        w.steps += 1;
+        w.time += t;
+        w.after = if persisting { 0 } else { w.after + 1 };
+        if w.after >= Self::TAIL_STEPS {
+            self.close_window();
+        }
+    }
+
+    fn close_window(&mut self) {
+        let Some(w) = self.window.take() else { return };
+        let base = self.baseline().unwrap_or(w.time / w.steps.max(1) as f64);
+        let stall = w.stall.or(self.stall.get()).unwrap_or(0.0);
+        let cost = (w.time - w.steps as f64 * base).max(0.0) + stall;
+        self.spent += cost;
+        self.cost.add(cost);
+        self.last_cost = Some(cost);
     }
 
     /// Records a finished save: stall on the training thread and persist time.
     pub fn observe_save(&mut self, stall: Duration, persist: Duration) {
-        self.stall.add(stall.as_secs_f64());
+        let s = stall.as_secs_f64();
+        self.stall.add(s);
         self.persist.add(persist.as_secs_f64());
+        self.elapsed += s;
+        if let Some(w) = self.window.as_mut()
+            && w.stall.is_none()
+        {
+            w.stall = Some(s);
+        }
     }
 
-    /// Estimated per-save cost in seconds: stall plus interference.
+    /// Estimated per-save cost in seconds: the stall plus the extra time of the steps from the
+    /// save until shortly after its persist ended, over the baseline step time. Conservative:
+    /// the larger of the running average and the newest measurement.
     pub fn cost_per_save(&self) -> Option<f64> {
-        let stall = self.stall.get()?;
-        let persist = self.persist.get()?;
-        let idle = self.step_idle.get()?;
-        let interference = match self.step_busy.get() {
-            Some(busy) if busy > idle => (busy - idle) * (persist / busy).ceil(),
-            _ => 0.0,
-        };
-        Some(stall + interference)
+        let avg = self.cost.get()?;
+        Some(avg.max(self.last_cost.unwrap_or(avg)))
     }
 
-    /// The interval in steps in force: fixed for `EverySteps`, chosen for a budget once a save
-    /// has been measured, `None` otherwise.
+    /// Training time so far and the part of it checkpoints cost (measured), in seconds.
+    pub fn spent(&self) -> (f64, f64) {
+        (self.elapsed, self.spent)
+    }
+
+    /// The interval in steps in force: fixed for `EverySteps`; for a budget, once a save has
+    /// been measured, the steady-state interval `cost / (0.9 budget × step)` (at least the
+    /// steps a persist takes), `None` otherwise.
     pub fn interval(&self) -> Option<u64> {
         match self.policy {
             FrequencyPolicy::EverySteps(n) => Some(n.max(1)),
             FrequencyPolicy::OverheadBudget { fraction, .. } => {
-                let t = self.step_idle.get()?.max(1e-9);
+                let t = self.baseline()?.max(1e-9);
                 let cost = self.cost_per_save()?;
-                let persist = self.persist.get()? + self.stall.get()?;
+                let persist = self.persist.get().unwrap_or(0.0) + self.stall.get().unwrap_or(0.0);
                 let busy = self.step_busy.get().unwrap_or(t).max(t);
                 // Aim a little under the budget: the estimates are noisy and steps are whole.
                 let k_budget = (cost / (Self::HEADROOM * fraction.max(1e-9) * t)).ceil();
@@ -141,12 +216,18 @@ impl FrequencyController {
 
     /// Estimated overhead fraction when saving every `k` steps.
     pub fn estimated_overhead(&self, k: u64) -> Option<f64> {
-        Some(self.cost_per_save()? / (k.max(1) as f64 * self.step_idle.get()?))
+        Some(self.cost_per_save()? / (k.max(1) as f64 * self.baseline()?))
     }
 
     /// Whether to checkpoint after `step`; `now` is time since the run started and
     /// `persisting` whether a previous save is still being written. Call [`Self::saved`] when
     /// a save is taken.
+    ///
+    /// Under a budget the controller keeps account: a save is taken when everything saves
+    /// have cost so far, plus the estimated cost of this one, stays within 90 % of the budget
+    /// of the training time so far (without that cost). The measuring save after the warm-up
+    /// is paid back that way, and a save's cost is only known once its window closed, so saves
+    /// never overlap.
     pub fn should_save(&mut self, step: u64, now: Duration, persisting: bool) -> bool {
         let start = *self.start_step.get_or_insert(step.saturating_sub(1));
         match self.policy {
@@ -156,23 +237,34 @@ impl FrequencyController {
                 let since = self.last_save_at.unwrap_or(Duration::ZERO);
                 now.saturating_sub(since).as_secs_f64() >= s
             }
-            FrequencyPolicy::OverheadBudget { warmup_steps, .. } => {
-                if persisting {
+            FrequencyPolicy::OverheadBudget {
+                fraction,
+                warmup_steps,
+            } => {
+                if persisting || self.window.is_some() {
                     return false;
                 }
-                match (self.interval(), self.last_save_step) {
-                    (Some(k), Some(last)) => step >= last + k,
+                match self.cost_per_save() {
+                    Some(cost) => {
+                        let useful = (self.elapsed - self.spent).max(0.0);
+                        self.spent + cost <= Self::HEADROOM * fraction * useful
+                    }
                     // No measured save yet: take one after the warm-up to measure it.
-                    _ => self.last_save_step.is_none() && step >= start + warmup_steps.max(1),
+                    None => self.last_save_step.is_none() && step >= start + warmup_steps.max(1),
                 }
             }
         }
     }
 
-    /// Records that a save was taken at `step`, time `now`.
+    /// Records that a save was taken at `step`, time `now`; under a budget this opens the
+    /// window in which the save's cost is measured.
     pub fn saved(&mut self, step: u64, now: Duration) {
         self.last_save_step = Some(step);
         self.last_save_at = Some(now);
+        if matches!(self.policy, FrequencyPolicy::OverheadBudget { .. }) {
+            self.close_window();
+            self.window = Some(Window::default());
+        }
     }
 }
 

@@ -296,6 +296,65 @@ fn overhead_budget_controller_keeps_overhead_under_budget_without_overlap() {
     }
 }
 
+/// A short run like the report's (400 steps), where a save also slows the first step after it
+/// (copy-on-write allocations) and the persist slows every step it overlaps: the controller
+/// measures both, pays back the forced measuring save after the warm-up, and stays within the
+/// budget over the whole run, while still saving more than the forced save.
+#[test]
+fn overhead_budget_holds_over_a_short_run_with_slowdown_after_the_persist() {
+    for (budget, steps) in [(0.02, 400u64), (0.05, 400), (0.02, 2_000)] {
+        let (t, busy, cow, stall, persist) = (0.067, 0.095, 0.04, 0.0001, 0.52);
+        let mut f = FrequencyController::new(FrequencyPolicy::budget(budget));
+        let mut now = 0.0f64;
+        let mut persist_until = f64::NEG_INFINITY;
+        let mut after_save = false;
+        let (mut overhead, mut base, mut saves) = (0.0, 0.0, Vec::new());
+        for step in 1..=steps {
+            let persisting = now < persist_until;
+            let mut dt = if persisting { busy } else { t };
+            if after_save {
+                dt += cow;
+                after_save = false;
+            }
+            now += dt;
+            base += t;
+            overhead += dt - t;
+            f.observe_step(Duration::from_secs_f64(dt), persisting);
+            let persisting = now < persist_until;
+            if f.should_save(step, Duration::from_secs_f64(now), persisting) {
+                assert!(!persisting, "save at step {step} overlaps the previous");
+                now += stall;
+                overhead += stall;
+                persist_until = now + persist;
+                after_save = true;
+                f.saved(step, Duration::from_secs_f64(now));
+                saves.push(step);
+            }
+            if !persisting && now >= persist_until && persist_until > 0.0 {
+                // The event arrives once the persist is done.
+                f.observe_save(
+                    Duration::from_secs_f64(stall),
+                    Duration::from_secs_f64(persist),
+                );
+                persist_until = f64::NEG_INFINITY;
+            }
+        }
+        let frac = overhead / base;
+        assert!(
+            frac <= budget,
+            "budget {budget}, {steps} steps: overhead {frac:.4}, saves at {saves:?}"
+        );
+        assert!(saves.len() >= 2, "budget {budget}: saves at {saves:?}");
+        let per_save = (busy - t) * (persist / busy).ceil() + cow + stall;
+        let possible = (budget * steps as f64 * t / per_save).floor() as usize;
+        assert!(
+            saves.len() + 1 >= possible,
+            "budget {budget}, {steps} steps: {} saves where {possible} fit: {saves:?}",
+            saves.len()
+        );
+    }
+}
+
 #[test]
 fn replace_swaps_an_existing_checkpoint_atomically() {
     let dir = tempfile::tempdir().unwrap();
