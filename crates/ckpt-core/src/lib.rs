@@ -28,6 +28,7 @@ mod frequency;
 mod layout;
 mod lock;
 mod manifest;
+pub mod priority;
 mod publish;
 mod snapshot;
 mod staging;

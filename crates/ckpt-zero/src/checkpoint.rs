@@ -194,6 +194,8 @@ impl<M: Module + 'static> ShardedSaver<M> {
         let thread = std::thread::Builder::new()
             .name(format!("ckpt-zero-rank-{}", worker.group.rank()))
             .spawn(move || {
+                // Encoding shards yields to training, as the engine's persist thread does.
+                ckpt_core::priority::lower_current_thread(ckpt_core::EngineConfig::PERSIST_NICE);
                 for job in rx {
                     let r = worker.save(job);
                     let failed = r.is_err();
