@@ -202,36 +202,119 @@ pub fn verify_checkpoint(dir: &Path) -> Result<Manifest> {
 
 /// Reads one part of a checkpoint and checks it against the manifest.
 pub fn read_part(dir: &Path, name: &str) -> Result<Vec<u8>> {
-    let m = read_manifest(dir)?;
-    let p = dir.join(name);
-    let entry = m
-        .file(name)
-        .ok_or_else(|| Error::corrupt(&p, "not listed in the checkpoint's manifest"))?;
-    let bytes = fs::read(&p).map_err(|e| {
+    read_manifest(dir)?.read_part_into(dir, name, |size| vec![0u8; size])
+}
+
+/// Bytes read (and hashed) per step of a verified read: large enough for few system calls,
+/// small enough that the chunk is still in cache when it is hashed.
+const VERIFY_CHUNK: usize = 1 << 20;
+
+impl Manifest {
+    /// Reads part `name` of checkpoint `dir` (the directory this manifest was read from) into
+    /// the buffer `alloc(size)` returns, `size` being the manifest's size for the part, and
+    /// checks it while reading: the file is read once, in cache-sized chunks, each hashed
+    /// (XXH3) right after it is read. The buffer must hold at least `size` bytes; its first
+    /// `size` bytes are filled and the rest is left as `alloc` made it. Errors name the file: a
+    /// part the manifest does not list, a missing file, a size or checksum that differs
+    /// ([`Error::Corrupt`]), or an I/O error ([`Error::Io`]).
+    pub fn read_part_into<B>(
+        &self,
+        dir: &Path,
+        name: &str,
+        alloc: impl FnOnce(usize) -> B,
+    ) -> Result<B>
+    where
+        B: std::ops::DerefMut<Target = [u8]>,
+    {
+        let p = dir.join(name);
+        let entry = self
+            .file(name)
+            .ok_or_else(|| Error::corrupt(&p, "not listed in the checkpoint's manifest"))?;
+        let mut file = fs::File::open(&p).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::corrupt(&p, "file is missing")
+            } else {
+                Error::io(&p, e)
+            }
+        })?;
+        let size_err = |len: u64| {
+            Error::corrupt(
+                &p,
+                format!("size {len} differs from the manifest's {}", entry.size),
+            )
+        };
+        // Checked before allocating, so a file of the wrong size costs no buffer.
+        let len = file.metadata().map_err(|e| Error::io(&p, e))?.len();
+        if len != entry.size {
+            return Err(size_err(len));
+        }
+        let size = usize::try_from(entry.size).map_err(|_| size_err(len))?;
+        let mut buf = alloc(size);
+        if buf.len() < size {
+            return Err(Error::corrupt(
+                &p,
+                format!(
+                    "read buffer of {} bytes is smaller than the part's {size}",
+                    buf.len()
+                ),
+            ));
+        }
+        let digest = checksum::read_hashed(&mut file, &mut buf[..size], VERIFY_CHUNK)
+            .map_err(|e| Error::io(&p, e))?;
+        let digest = match digest {
+            checksum::Filled::Exactly(d) => d,
+            checksum::Filled::Short(n) => return Err(size_err(n as u64)),
+            checksum::Filled::Longer => {
+                let now = file.metadata().map(|m| m.len()).unwrap_or(entry.size + 1);
+                return Err(size_err(now.max(entry.size + 1)));
+            }
+        };
+        let hex = checksum::hex(digest);
+        if hex != entry.xxh3 {
+            return Err(Error::corrupt(
+                &p,
+                format!("checksum mismatch (manifest {}, file {hex})", entry.xxh3),
+            ));
+        }
+        Ok(buf)
+    }
+
+    /// Checks part `name` of checkpoint `dir` (the directory this manifest was read from)
+    /// against this manifest without keeping its bytes: size and checksum, streamed. The
+    /// errors are those of [`Manifest::read_part_into`].
+    pub fn verify_part(&self, dir: &Path, name: &str) -> Result<()> {
+        let p = dir.join(name);
+        let entry = self
+            .file(name)
+            .ok_or_else(|| Error::corrupt(&p, "not listed in the checkpoint's manifest"))?;
+        verify_file(&p, entry)
+    }
+}
+
+/// Size and checksum of one file against its manifest entry, streamed.
+fn verify_file(p: &Path, f: &crate::FileEntry) -> Result<()> {
+    let file = fs::File::open(p).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            Error::corrupt(&p, "file is missing")
+            Error::corrupt(p, "file is missing")
         } else {
-            Error::io(&p, e)
+            Error::io(p, e)
         }
     })?;
-    if bytes.len() as u64 != entry.size {
+    let (digest, len) = checksum::of_reader(file).map_err(|e| Error::io(p, e))?;
+    if len != f.size {
         return Err(Error::corrupt(
-            &p,
-            format!(
-                "size {} differs from the manifest's {}",
-                bytes.len(),
-                entry.size
-            ),
+            p,
+            format!("size {len} differs from the manifest's {}", f.size),
         ));
     }
-    let hex = checksum::hex(checksum::of(&bytes));
-    if hex != entry.xxh3 {
+    let hex = checksum::hex(digest);
+    if hex != f.xxh3 {
         return Err(Error::corrupt(
-            &p,
-            format!("checksum mismatch (manifest {}, file {hex})", entry.xxh3),
+            p,
+            format!("checksum mismatch (manifest {}, file {hex})", f.xxh3),
         ));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Verifies every checkpoint in `root` and that `latest`, if present, names a valid one (it may
