@@ -8,16 +8,23 @@
 //! [`FrozenState::into_snapshot`], and still hold the step-k values (verified on Flex and on
 //! the CubeCL path through wgpu). [`FrozenState::encode`] is the blocking path: the same bytes,
 //! produced on the calling thread.
+//!
+//! Encoding streams ([`crate::pack::write_pack`]): the model's tensors are drawn one at a
+//! time from handle clones and released once written, and the optimizer record (Burn's only
+//! public view of optimizer state, which it materializes whole) is encoded once and streamed
+//! out in the canonical name-sorted layout. No part is ever held as a second whole-file
+//! buffer, so a save's memory is the held handles plus the optimizer record.
 
 use std::{io::Write, path::PathBuf, time::Instant};
 
-use burn::module::{Module, ModuleMapper, Param, ParamId};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Int, Tensor};
 use ckpt_core::Snapshot;
 
 use crate::data::mix_seed;
+use crate::pack::write_pack;
 use crate::{Error, Result, TRAINER_FILE, TrainerState};
 
 /// File name of the model record (burnpack, what `model.into_record().save(..)` writes).
@@ -38,11 +45,104 @@ fn record_err(part: &str, e: impl std::fmt::Display) -> Error {
 
 /// The encoded model record: burnpack bytes identical to `model.into_record().save(..)`.
 pub fn encode_model<M: Module>(model: M) -> Result<Vec<u8>> {
-    let bytes = model
-        .into_record()
-        .into_bytes()
-        .map_err(|e| record_err(MODEL_FILE, e))?;
-    Ok(bytes.to_vec())
+    let mut out = Vec::new();
+    write_model(model, &mut out).map_err(|e| record_err(MODEL_FILE, e))?;
+    Ok(out)
+}
+
+/// A tensor's bytes, taken once, when the writer draws it.
+type Draw = Box<dyn FnOnce() -> burn::tensor::TensorData + Send>;
+
+/// Collects a module's parameters as deferred burnpack tensors that hold handle clones, named
+/// and ordered exactly as `Module::into_record` records them (module path, `on_save` form).
+#[derive(Default)]
+struct DeferredCollector {
+    path: Vec<String>,
+    tensors: Vec<burn_pack::Tensor>,
+}
+
+impl DeferredCollector {
+    fn push(&mut self, id: ParamId, dtype: burn::tensor::DType, shape: Vec<usize>, draw: Draw) {
+        let name = self.path.join(".");
+        let id = Some(id.val());
+        let tensor = if matches!(dtype, burn::tensor::DType::QFloat(_)) {
+            // Packed quantized data has no size formula: take it now.
+            let (bytes, shape, dtype) = draw().into_parts();
+            burn_pack::Tensor::new(name, dtype, shape, id, bytes)
+        } else {
+            let len = shape.iter().product::<usize>() * dtype.size();
+            let slot = std::sync::Mutex::new(Some(draw));
+            burn_pack::Tensor::deferred(name, dtype, shape, id, len, move || {
+                let draw = slot
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .ok_or_else(|| burn_pack::Error::IoError("tensor drawn twice".into()))?;
+                Ok(draw().into_bytes())
+            })
+        };
+        self.tensors.push(tensor);
+    }
+}
+
+impl ModuleVisitor for DeferredCollector {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let t = param.transform_for_save().val();
+        let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
+        self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
+    }
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
+        let t = param.transform_for_save().val();
+        let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
+        self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
+    }
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
+        let t = param.transform_for_save().val();
+        let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
+        self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
+    }
+}
+
+/// Streams `model`'s record into `sink`: the bytes of `model.into_record().save(..)`, drawn
+/// one tensor at a time. `model` is dropped first, so a tensor the trainer has since replaced
+/// is held only here, read without a copy and freed once written.
+pub fn write_model<M: Module>(
+    model: M,
+    sink: &mut dyn Write,
+) -> std::result::Result<u64, BoxError> {
+    let mut collector = DeferredCollector::default();
+    model.visit(&mut collector);
+    drop(model);
+    let none = std::collections::BTreeMap::new();
+    Ok(write_pack(
+        collector.tensors,
+        &none,
+        &std::collections::BTreeMap::new(),
+        sink,
+    )?)
+}
+
+/// Streams `optim`'s record into `sink` in the canonical (name-sorted) layout. Burn's
+/// `OptimizerRecord` is the only public view of optimizer state and materializes it whole;
+/// `optim` is dropped right after, and the record is encoded once and streamed out.
+pub fn write_optimizer(
+    optim: ModuleOptimizer,
+    sink: &mut dyn Write,
+) -> std::result::Result<u64, BoxError> {
+    let record = optim.to_record();
+    drop(optim);
+    let reader = burn_pack::Reader::from_bytes(record.into_bytes()?)?;
+    let metadata = reader.metadata().clone();
+    let scalars = reader.scalars().clone();
+    // The reader lists tensors by name: the canonical order.
+    let tensors = reader.into_tensors()?;
+    Ok(write_pack(tensors, &metadata, &scalars, sink)?)
 }
 
 /// Burn lays an optimizer record's tensor data out in `HashMap` iteration order, so two saves
@@ -56,9 +156,9 @@ fn canonical_optimizer_bytes(
 
 /// The encoded optimizer record, in the canonical (name-sorted) layout.
 pub fn encode_optimizer(optim: &ModuleOptimizer) -> Result<Vec<u8>> {
-    let bytes =
-        canonical_optimizer_bytes(optim.to_record()).map_err(|e| record_err(OPTIM_FILE, e))?;
-    Ok(bytes.to_vec())
+    let mut out = Vec::new();
+    write_optimizer(optim.clone(), &mut out).map_err(|e| record_err(OPTIM_FILE, e))?;
+    Ok(out)
 }
 
 /// Re-encodes optimizer-record bytes (for example a file Burn wrote) in the canonical layout
@@ -169,15 +269,13 @@ impl<M: Module + 'static> FrozenState<M> {
             capture_time,
         } = self;
         let t0 = Instant::now();
+        // The model part is written first: it releases the model's handles as it goes, before
+        // the optimizer record is materialized.
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            let bytes = model.into_record().into_bytes()?;
-            sink.write_all(&bytes)?;
-            Ok(())
+            write_model(model, sink).map(drop)
         };
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            let bytes = canonical_optimizer_bytes(optim.to_record())?;
-            sink.write_all(&bytes)?;
-            Ok(())
+            write_optimizer(optim, sink).map(drop)
         };
         let sched_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             let bytes = scheduler.into_bytes()?;

@@ -23,6 +23,7 @@ pub mod checkpointers;
 mod data;
 pub mod demo;
 mod error;
+pub mod pack;
 pub mod perf;
 mod restore;
 mod state;
