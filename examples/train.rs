@@ -147,10 +147,10 @@ struct Args {
     /// Checkpoints persisting at once (bounds the memory they hold).
     #[arg(long, default_value_t = 1)]
     max_in_flight: usize,
-    /// Memory (MiB) that held async snapshots may pin; above it a save copies the state
-    /// eagerly on the training thread (default: no limit).
-    #[arg(long, value_name = "MIB")]
-    snapshot_budget_mb: Option<u64>,
+    /// Extra memory (MiB) a save may take; a save whose background peak (held state plus
+    /// Burn's optimizer record) would exceed it is written while training waits. 0: no limit.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    snapshot_budget_mb: u64,
     /// ZeRO-1 data-parallel ranks, as threads of this process (1: the single-device loop).
     #[arg(long, default_value_t = 1)]
     ranks: usize,
@@ -314,7 +314,7 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         bail!("--max-in-flight must be at least 1");
     }
     cfg.max_in_flight = args.max_in_flight;
-    cfg.snapshot_budget = args.snapshot_budget_mb.map(|m| m << 20);
+    cfg.snapshot_budget = (args.snapshot_budget_mb > 0).then(|| args.snapshot_budget_mb << 20);
     cfg.stop = Some(install_stop_handler(grace)?);
 
     let tty = std::io::stderr().is_terminal();

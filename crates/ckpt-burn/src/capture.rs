@@ -179,6 +179,51 @@ pub fn encode_scheduler(record: LrSchedulerRecord) -> Result<Vec<u8>> {
     Ok(bytes.to_vec())
 }
 
+/// How a save is persisted, chosen by [`FrozenState::route_within`] to fit a memory budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveRoute {
+    /// Submitted and written in the background while training continues (the stall is the
+    /// handle clones); memory: [`SaveMemory::background`].
+    Background,
+    /// Submitted, then waited for before training continues; memory:
+    /// [`SaveMemory::blocking`].
+    Blocking,
+}
+
+/// Peak extra memory of one save, in bytes, by route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaveMemory {
+    /// Written while training continues.
+    pub background: u64,
+    /// Written while the trainer waits.
+    pub blocking: u64,
+}
+
+/// Sums parameter bytes without reading data.
+struct SizeCounter(u64);
+
+impl SizeCounter {
+    fn add(&mut self, dtype: burn::tensor::DType, shape: burn::tensor::Shape) {
+        self.0 += (shape.iter().product::<usize>() * dtype.size()) as u64;
+    }
+}
+
+impl ModuleVisitor for SizeCounter {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let t = param.val();
+        self.add(t.dtype(), t.shape());
+    }
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
+        let t = param.val();
+        self.add(t.dtype(), t.shape());
+    }
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
+        let t = param.val();
+        self.add(t.dtype(), t.shape());
+    }
+}
+
 /// Training state frozen at one step boundary: handle clones, not bytes.
 pub struct FrozenState<M> {
     model: M,
@@ -291,27 +336,48 @@ impl<M: Module + 'static> FrozenState<M> {
         snap.with_capture_time(capture_time + t0.elapsed())
     }
 
-    /// The snapshot to submit under a memory budget for held state. A handle-clone snapshot
-    /// costs no copy, but until it is persisted it pins a copy of the state (the next updates
-    /// allocate instead of writing in place; on a GPU that is device memory). When
-    /// `held + estimate` exceeds `budget` (`held`: what in-flight snapshots pin, `estimate`:
-    /// what this one will, for example the previous checkpoint's size), the state is copied
-    /// eagerly instead: the records are encoded to host bytes on the calling thread and the
-    /// handles released, so training updates in place again; writing still happens in the
-    /// background. Returns the snapshot and whether it was copied eagerly. Same bytes either way.
-    pub fn into_snapshot_within(
-        self,
-        held: u64,
-        estimate: u64,
-        budget: u64,
-    ) -> Result<(Snapshot, bool)> {
-        if held.saturating_add(estimate) <= budget {
-            return Ok((self.into_snapshot(), false));
+    /// Bytes of the model's parameters (shapes times dtype sizes; no data is read).
+    pub fn model_bytes(&self) -> u64 {
+        let mut c = SizeCounter(0);
+        self.model.visit(&mut c);
+        c.0
+    }
+
+    /// Peak extra memory of saving this state, for an optimizer record of `optim_bytes` (the
+    /// previous checkpoint's, or `None` before the first: two moments per parameter, AdamW).
+    pub fn memory(&self, optim_bytes: Option<u64>) -> SaveMemory {
+        let model = self.model_bytes();
+        let optim = optim_bytes.unwrap_or(2 * model);
+        SaveMemory {
+            // While training runs on, every replaced tensor stays held (copy-on-write): the
+            // model until it is written, then the optimizer state and Burn's materialized
+            // record of it side by side, until the held state is dropped.
+            background: (model + optim).max(2 * optim),
+            // While the trainer waits nothing is replaced: only the record is extra.
+            blocking: optim,
         }
-        let t0 = Instant::now();
-        let capture = self.capture_time;
-        let snap = self.encode()?.into_snapshot();
-        Ok((snap.with_capture_time(capture + t0.elapsed()), true))
+    }
+
+    /// The route that keeps this save within `budget` bytes of extra memory, given `held`
+    /// bytes pinned by saves still in flight: [`SaveRoute::Background`] when its peak fits,
+    /// else [`SaveRoute::Blocking`]. Both write the same bytes. When even the blocking peak
+    /// (Burn's whole optimizer record) exceeds the budget, no route fits: the save is taken
+    /// blocking, the least memory possible, and a warning says so.
+    pub fn route_within(&self, held: u64, optim_bytes: Option<u64>, budget: u64) -> SaveRoute {
+        let need = self.memory(optim_bytes);
+        if held.saturating_add(need.background) <= budget {
+            return SaveRoute::Background;
+        }
+        if need.blocking > budget {
+            tracing::warn!(
+                step = self.trainer.step,
+                budget,
+                needed = need.blocking,
+                "the snapshot memory budget is below the optimizer record Burn materializes; \
+                 saving blocking, with the least memory possible"
+            );
+        }
+        SaveRoute::Blocking
     }
 
     /// Encodes every part on the calling thread (the blocking path; the same bytes as the

@@ -41,8 +41,8 @@ use ckpt_core::{
 use serde::Serialize;
 
 use crate::{
-    Error, FrozenState, Result, ResumableDataLoader, TrainerState, assign_param_ids, load_model,
-    mix_seed, restore, step_seed,
+    Error, FrozenState, Result, ResumableDataLoader, SaveRoute, TrainerState, assign_param_ids,
+    load_model, mix_seed, restore, step_seed,
 };
 
 /// Input features of the synthetic dataset.
@@ -246,8 +246,9 @@ pub struct DemoConfig {
     pub max_in_flight: usize,
     /// What a save does when `max_in_flight` are already persisting.
     pub backpressure: Backpressure,
-    /// Memory (bytes) that held handle-clone snapshots may pin; above it a save copies the
-    /// state eagerly on the training thread instead (`None`: no limit).
+    /// Extra memory (bytes) a save may take: saves whose background peak (held handle clones
+    /// plus Burn's optimizer record, see [`crate::SaveMemory`]) would exceed it are written
+    /// while the trainer waits instead (`None`: no limit, every save in the background).
     pub snapshot_budget: Option<u64>,
 }
 
@@ -356,9 +357,9 @@ pub struct DemoReport {
     pub save_mode: Option<SaveMode>,
     /// Checkpoints dropped by the `skip` backpressure policy.
     pub skipped: u64,
-    /// Steps whose snapshot was copied eagerly because held snapshots would have exceeded
-    /// `snapshot_budget`.
-    pub eager_saves: Vec<u64>,
+    /// Steps saved blocking (the trainer waited for the persist) because a background save
+    /// would have exceeded `snapshot_budget`.
+    pub blocking_saves: Vec<u64>,
     /// Checkpoints that failed to persist (only under [`SaveErrorPolicy::Continue`]).
     pub failed_saves: Vec<FailedSave>,
     /// Total time saves waited for a free persist slot (backpressure `block`).
@@ -652,6 +653,9 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut stalls: BTreeMap<u64, Duration> = BTreeMap::new();
     let mut events: Vec<SaveEvent> = Vec::new();
     let mut burn_steps: Vec<u64> = Vec::new();
+    // Background-peak memory of the newest background save (what an in-flight one holds).
+    let mut held_per_save = 0u64;
+    let mut waited: Vec<SaveEvent> = Vec::new();
     let mse = MseLoss::new();
     // The step whose checkpoint is the run's last: `cfg.steps`, or the stop step.
     let mut final_step = cfg.steps;
@@ -698,25 +702,26 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                     }
                     loop {
                         let frozen = FrozenState::capture(&model, &optim, &sched, trainer.clone());
-                        let snap = match cfg.snapshot_budget {
-                            None => frozen.into_snapshot(),
+                        let route = match cfg.snapshot_budget {
+                            None => SaveRoute::Background,
                             Some(budget) => {
-                                // What one snapshot pins: the last checkpoint's size, or before
-                                // the first one the model and two AdamW moments.
-                                let estimate = events
+                                // The optimizer record's size: the last checkpoint's bytes
+                                // beyond the model (`None` before the first).
+                                let optim_bytes = events
                                     .last()
-                                    .map(|ev| ev.bytes)
-                                    .unwrap_or(model.num_params() as u64 * 4 * 3);
-                                let held = e.in_flight() as u64 * estimate;
-                                let (snap, eager) =
-                                    frozen.into_snapshot_within(held, estimate, budget)?;
-                                if eager {
-                                    report.eager_saves.push(step);
-                                }
-                                snap
+                                    .map(|ev| ev.bytes.saturating_sub(frozen.model_bytes()));
+                                let held = e.in_flight() as u64 * held_per_save;
+                                held_per_save = frozen.memory(optim_bytes).background;
+                                frozen.route_within(held, optim_bytes, budget)
                             }
                         };
-                        match e.submit(snap) {
+                        let submitted = e.submit(frozen.into_snapshot());
+                        if route == SaveRoute::Blocking && submitted.is_ok() {
+                            report.blocking_saves.push(step);
+                            // Observed below, once this save's whole stall is known.
+                            waited.extend(wait_saves(e, cfg, &mut report, final_step)?);
+                        }
+                        match submitted {
                             Ok(SubmitOutcome::Skipped { .. }) if step == final_step => {
                                 // The final checkpoint is never skipped: wait for a slot.
                                 events.extend(wait_saves(e, cfg, &mut report, final_step)?);
@@ -760,6 +765,13 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             let stall = t0.elapsed();
             stalls.insert(step, stall);
             ctrl.saved(step, wall.elapsed());
+            for ev in waited.drain(..) {
+                ctrl.observe_save(
+                    stalls.get(&ev.step).copied().unwrap_or(ev.stall),
+                    ev.persist,
+                );
+                events.push(ev);
+            }
             if cfg.save_mode == SaveMode::Burn {
                 ctrl.observe_save(stall, Duration::ZERO);
             }

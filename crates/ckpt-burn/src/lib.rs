@@ -30,8 +30,9 @@ mod state;
 pub mod strategy;
 
 pub use capture::{
-    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids,
-    canonicalize_optimizer_bytes, encode_model, encode_optimizer, encode_scheduler, step_seed,
+    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, SaveMemory, SaveRoute,
+    assign_param_ids, canonicalize_optimizer_bytes, encode_model, encode_optimizer,
+    encode_scheduler, step_seed,
 };
 pub use data::{ResumableDataLoader, epoch_permutation, mix_seed};
 pub use error::{Error, Result};

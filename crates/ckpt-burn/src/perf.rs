@@ -36,7 +36,7 @@ use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer}
 use ckpt_core::{Engine, PartData, SaveEvent, Snapshot};
 
 use crate::demo::{INPUT_DIM, Mlp, optimizer, scheduler};
-use crate::{DataCursor, Error, FrozenState, Result, TrainerState, restore};
+use crate::{DataCursor, Error, FrozenState, Result, SaveRoute, TrainerState, restore};
 
 /// A benchmark state size: an [`Mlp`] of `layers` hidden layers of width `hidden`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +190,21 @@ impl TrainState {
             snapshot: t2 - t1,
             submit: t3 - t2,
         })
+    }
+
+    /// A save within a memory budget of `budget` bytes, as the trainer takes it under
+    /// `--snapshot-budget-mb`: in the background when its peak fits
+    /// ([`FrozenState::route_within`]), else submitted and waited for. Returns the stall and
+    /// the route taken.
+    pub fn save_within(&self, engine: &mut Engine, budget: u64) -> Result<(Duration, SaveRoute)> {
+        let t0 = Instant::now();
+        let frozen = FrozenState::capture(&self.model, &self.optim, &self.sched, self.trainer());
+        let route = frozen.route_within(0, None, budget);
+        engine.submit(frozen.into_snapshot())?;
+        if route == SaveRoute::Blocking {
+            engine.wait_idle()?;
+        }
+        Ok((t0.elapsed(), route))
     }
 
     /// Our blocking path: the same bytes, encoded on this thread, written, fsynced and
