@@ -2,14 +2,17 @@
 //! allows (CheckFreq style).
 //!
 //! The budget controller measures, online, what each save really costs the training loop: the
-//! stall plus the excess, over the baseline step time (the median of recent steps outside any
-//! save), of every step from the save until a few steps after its persist ended. That window
-//! catches interference of the persist thread on shared cores and the copy-on-write
-//! allocations after a handle-clone capture alike. It keeps account of the cost spent so far
-//! and takes the next save when the total, plus the estimated cost of that save, stays within
-//! 90 % of the budget of the training time; a save never starts while the previous one's
-//! window is open, so saves never overlap. Time is passed in by the caller, so the controller
-//! runs the same under a simulated clock.
+//! stall plus the excess, over the baseline step time (the lower quartile of recent steps
+//! outside any save), of every step from the save until a few steps after its persist ended.
+//! That window catches interference of the persist thread on shared cores and the
+//! copy-on-write allocations after a handle-clone capture alike; costs are recomputed from raw
+//! step times whenever the baseline moves. The first save, which measures the cost, waits for
+//! the warm-up's slow first steps to settle. The controller keeps account of the cost spent so
+//! far and takes the next save when the total, plus the estimated cost of that save, stays
+//! within 90 % of the budget of the training time; a save never starts while the previous
+//! one's window is open, and a few clean steps separate windows so the baseline stays
+//! measured. Time is passed in by the caller, so the controller runs the same under a
+//! simulated clock.
 
 use std::{collections::VecDeque, time::Duration};
 
@@ -26,7 +29,8 @@ pub enum FrequencyPolicy {
     OverheadBudget {
         /// Budget, e.g. 0.02 for 2 %.
         fraction: f64,
-        /// Steps to measure before the first save.
+        /// Steps to measure before the first save, at least: the warm-up goes on until step
+        /// times stop falling (up to ten times this).
         warmup_steps: u64,
     },
 }
@@ -66,18 +70,23 @@ pub struct FrequencyController {
     start_step: Option<u64>,
     /// Recent step times outside any save's cost window: the baseline.
     clean: VecDeque<f64>,
+    /// Clean steps since the newest save's window closed.
+    clean_run: u64,
+    /// The newest step times, for telling when the warm-up has settled.
+    last_steps: VecDeque<f64>,
     /// The cost window of the newest save, while it is still being measured.
     window: Option<Window>,
-    /// Measured cost per save (stall plus every step's excess over the baseline).
-    cost: Ewma,
-    last_cost: Option<f64>,
+    /// The newest closed windows, for the per-save cost estimate.
+    recent: VecDeque<Window>,
+    /// Sums over every closed window: step time, steps, stalls.
+    closed_time: f64,
+    closed_steps: u64,
+    closed_stall: f64,
     step_busy: Ewma,
     stall: Ewma,
     persist: Ewma,
     /// Training time observed so far: every step plus every stall.
     elapsed: f64,
-    /// Measured cost of all closed windows.
-    spent: f64,
 }
 
 /// The steps from a save until [`FrequencyController::TAIL_STEPS`] steps after its persist
@@ -96,8 +105,31 @@ impl FrequencyController {
     /// Steps after a persist ends that still count towards its cost (copy-on-write
     /// allocations, memory returned and faulted in again, caches refilled).
     pub const TAIL_STEPS: u64 = 3;
-    /// Clean steps kept for the baseline median.
+    /// Clean steps kept for the baseline.
     const BASELINE_STEPS: usize = 64;
+    /// Clean steps required between one save's window and the next save, so the baseline
+    /// keeps being measured (it would otherwise freeze at the slow warm-up steps when the
+    /// budget allows back-to-back saves).
+    pub const MIN_CLEAN_STEPS: u64 = 5;
+    /// The warm-up lasts until the median of the newest this many steps is no more than 5 %
+    /// below that of the this many before (first steps are slow: fresh allocations, caches),
+    /// or ten times the configured warm-up, whichever comes first.
+    const SETTLE_STEPS: usize = 5;
+
+    /// Whether step times have stopped falling.
+    fn settled(&self) -> bool {
+        if self.last_steps.len() < 2 * Self::SETTLE_STEPS {
+            return false;
+        }
+        let median = |it: &mut dyn Iterator<Item = f64>| {
+            let mut v: Vec<f64> = it.collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let older = median(&mut self.last_steps.iter().copied().take(Self::SETTLE_STEPS));
+        let newer = median(&mut self.last_steps.iter().copied().skip(Self::SETTLE_STEPS));
+        newer >= 0.95 * older
+    }
 
     /// A controller for `policy`.
     pub fn new(policy: FrequencyPolicy) -> Self {
@@ -107,14 +139,17 @@ impl FrequencyController {
             last_save_at: None,
             start_step: None,
             clean: VecDeque::new(),
+            clean_run: 0,
+            last_steps: VecDeque::new(),
             window: None,
-            cost: Ewma::default(),
-            last_cost: None,
+            recent: VecDeque::new(),
+            closed_time: 0.0,
+            closed_steps: 0,
+            closed_stall: 0.0,
             step_busy: Ewma::default(),
             stall: Ewma::default(),
             persist: Ewma::default(),
             elapsed: 0.0,
-            spent: 0.0,
         }
     }
 
@@ -123,14 +158,17 @@ impl FrequencyController {
         self.policy
     }
 
-    /// The baseline step time: the median of recent steps outside any save's cost window.
+    /// The baseline step time: the lower quartile of recent steps outside any save's cost
+    /// window. Not the median: on shared cores, saves also slow the steps between windows a
+    /// little (allocator and page-cache churn, caches refilled), and a baseline that rises with
+    /// them would hide that part of the cost; the lower quartile errs towards counting it.
     fn baseline(&self) -> Option<f64> {
         if self.clean.is_empty() {
             return None;
         }
         let mut v: Vec<f64> = self.clean.iter().copied().collect();
         v.sort_by(f64::total_cmp);
-        Some(v[v.len() / 2])
+        Some(v[v.len() / 4])
     }
 
     /// Records one training step's time (without any checkpoint stall), and whether a persist
@@ -138,11 +176,16 @@ impl FrequencyController {
     pub fn observe_step(&mut self, step_time: Duration, persisting: bool) {
         let t = step_time.as_secs_f64();
         self.elapsed += t;
+        self.last_steps.push_back(t);
+        if self.last_steps.len() > 2 * Self::SETTLE_STEPS {
+            self.last_steps.pop_front();
+        }
         if persisting {
             self.step_busy.add(t);
         }
         let Some(w) = self.window.as_mut() else {
             if !persisting {
+                self.clean_run += 1;
                 self.clean.push_back(t);
                 if self.clean.len() > Self::BASELINE_STEPS {
                     self.clean.pop_front();
@@ -158,14 +201,36 @@ impl FrequencyController {
         }
     }
 
+    /// Windows kept for the per-save estimate.
+    const RECENT: usize = 8;
+
     fn close_window(&mut self) {
-        let Some(w) = self.window.take() else { return };
-        let base = self.baseline().unwrap_or(w.time / w.steps.max(1) as f64);
-        let stall = w.stall.or(self.stall.get()).unwrap_or(0.0);
-        let cost = (w.time - w.steps as f64 * base).max(0.0) + stall;
-        self.spent += cost;
-        self.cost.add(cost);
-        self.last_cost = Some(cost);
+        let Some(mut w) = self.window.take() else {
+            return;
+        };
+        w.stall = Some(w.stall.or(self.stall.get()).unwrap_or(0.0));
+        self.closed_time += w.time;
+        self.closed_steps += w.steps;
+        self.closed_stall += w.stall.unwrap_or(0.0);
+        self.recent.push_back(w);
+        if self.recent.len() > Self::RECENT {
+            self.recent.pop_front();
+        }
+    }
+
+    /// A window's cost against the current baseline. Costs are always recomputed from the
+    /// raw step times, so early windows, measured while the baseline still came from a few
+    /// slow warm-up steps, are counted right once it has settled.
+    fn window_cost(&self, w: &Window, base: f64) -> f64 {
+        (w.time - w.steps as f64 * base).max(0.0) + w.stall.unwrap_or(0.0)
+    }
+
+    /// What all saves cost so far, in seconds.
+    fn spent_total(&self) -> f64 {
+        let Some(base) = self.baseline() else {
+            return self.closed_stall;
+        };
+        (self.closed_time - self.closed_steps as f64 * base).max(0.0) + self.closed_stall
     }
 
     /// Records a finished save: stall on the training thread and persist time.
@@ -183,15 +248,22 @@ impl FrequencyController {
 
     /// Estimated per-save cost in seconds: the stall plus the extra time of the steps from the
     /// save until shortly after its persist ended, over the baseline step time. Conservative:
-    /// the larger of the running average and the newest measurement.
+    /// the larger of the mean of the newest windows and the newest one.
     pub fn cost_per_save(&self) -> Option<f64> {
-        let avg = self.cost.get()?;
-        Some(avg.max(self.last_cost.unwrap_or(avg)))
+        let base = self.baseline()?;
+        let costs: Vec<f64> = self
+            .recent
+            .iter()
+            .map(|w| self.window_cost(w, base))
+            .collect();
+        let last = *costs.last()?;
+        let mean = costs.iter().sum::<f64>() / costs.len() as f64;
+        Some(mean.max(last))
     }
 
     /// Training time so far and the part of it checkpoints cost (measured), in seconds.
     pub fn spent(&self) -> (f64, f64) {
-        (self.elapsed, self.spent)
+        (self.elapsed, self.spent_total())
     }
 
     /// The interval in steps in force: fixed for `EverySteps`; for a budget, once a save has
@@ -241,16 +313,25 @@ impl FrequencyController {
                 fraction,
                 warmup_steps,
             } => {
-                if persisting || self.window.is_some() {
+                if persisting
+                    || self.window.is_some()
+                    || (self.last_save_step.is_some() && self.clean_run < Self::MIN_CLEAN_STEPS)
+                {
                     return false;
                 }
                 match self.cost_per_save() {
                     Some(cost) => {
-                        let useful = (self.elapsed - self.spent).max(0.0);
-                        self.spent + cost <= Self::HEADROOM * fraction * useful
+                        let spent = self.spent_total();
+                        let useful = (self.elapsed - spent).max(0.0);
+                        spent + cost <= Self::HEADROOM * fraction * useful
                     }
                     // No measured save yet: take one after the warm-up to measure it.
-                    None => self.last_save_step.is_none() && step >= start + warmup_steps.max(1),
+                    None => {
+                        let warm = warmup_steps.max(1);
+                        self.last_save_step.is_none()
+                            && step >= start + warm
+                            && (self.settled() || step >= start + 10 * warm)
+                    }
                 }
             }
         }
@@ -264,6 +345,7 @@ impl FrequencyController {
         if matches!(self.policy, FrequencyPolicy::OverheadBudget { .. }) {
             self.close_window();
             self.window = Some(Window::default());
+            self.clean_run = 0;
         }
     }
 }
