@@ -1271,10 +1271,11 @@ fn write_report(i: &Inputs) -> String {
          written); Burn's `OptimizerRecord`, its only public view of optimizer state, is \
          materialized whole while the optimizer's clone is still held. So a background save \
          peaks near max(model + optimizer, 2 x optimizer), 1.33x the state with AdamW; a save \
-         written while training waits replaces nothing and peaks near the optimizer record \
-         alone (0.67x). Under a budget (`--snapshot-budget-mb`, default 1024 MiB) the trainer \
+         written while training waits replaces nothing and peaks near one state (the model's \
+         tensors copied out one at a time, which the allocator keeps, and the optimizer \
+         record). Under a budget (`--snapshot-budget-mb`, default 1024 MiB) the trainer \
          picks the background route only when its peak fits (`FrozenState::route_within`). \
-         Budgets below the optimizer record cannot be met through Burn's public API; the \
+         Budgets below that cannot be met through Burn's public API; the \
          trainer then saves blocking and warns.\n"
     );
 

@@ -353,15 +353,17 @@ impl<M: Module + 'static> FrozenState<M> {
             // model until it is written, then the optimizer state and Burn's materialized
             // record of it side by side, until the held state is dropped.
             background: (model + optim).max(2 * optim),
-            // While the trainer waits nothing is replaced: only the record is extra.
-            blocking: optim,
+            // While the trainer waits nothing is replaced, but the model's tensors are copied
+            // out one at a time (they are shared with the live model) and the optimizer record
+            // is materialized; the allocator keeps much of the freed copies, so count both.
+            blocking: model + optim,
         }
     }
 
     /// The route that keeps this save within `budget` bytes of extra memory, given `held`
     /// bytes pinned by saves still in flight: [`SaveRoute::Background`] when its peak fits,
     /// else [`SaveRoute::Blocking`]. Both write the same bytes. When even the blocking peak
-    /// (Burn's whole optimizer record) exceeds the budget, no route fits: the save is taken
+    /// (about one state: see [`Self::memory`]) exceeds the budget, no route fits: the save is taken
     /// blocking, the least memory possible, and a warning says so.
     pub fn route_within(&self, held: u64, optim_bytes: Option<u64>, budget: u64) -> SaveRoute {
         let need = self.memory(optim_bytes);
@@ -373,7 +375,7 @@ impl<M: Module + 'static> FrozenState<M> {
                 step = self.trainer.step,
                 budget,
                 needed = need.blocking,
-                "the snapshot memory budget is below the optimizer record Burn materializes; \
+                "the snapshot memory budget is below what even a blocking save needs (Burn materializes the optimizer record); \
                  saving blocking, with the least memory possible"
             );
         }
