@@ -363,8 +363,8 @@ impl<M: Module + 'static> FrozenState<M> {
     /// The route that keeps this save within `budget` bytes of extra memory, given `held`
     /// bytes pinned by saves still in flight: [`SaveRoute::Background`] when its peak fits,
     /// else [`SaveRoute::Blocking`]. Both write the same bytes. When even the blocking peak
-    /// (about one state: see [`Self::memory`]) exceeds the budget, no route fits: the save is taken
-    /// blocking, the least memory possible, and a warning says so.
+    /// (about one state, see [`Self::memory`]) exceeds the budget, no route fits: the save is
+    /// taken blocking, the least memory possible, and a warning says so.
     pub fn route_within(&self, held: u64, optim_bytes: Option<u64>, budget: u64) -> SaveRoute {
         let need = self.memory(optim_bytes);
         if held.saturating_add(need.background) <= budget {
