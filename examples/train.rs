@@ -314,7 +314,7 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         bail!("--max-in-flight must be at least 1");
     }
     cfg.max_in_flight = args.max_in_flight;
-    cfg.snapshot_budget = (args.snapshot_budget_mb > 0).then(|| args.snapshot_budget_mb << 20);
+    cfg.snapshot_budget = (args.snapshot_budget_mb > 0).then_some(args.snapshot_budget_mb << 20);
     cfg.stop = Some(install_stop_handler(grace)?);
 
     let tty = std::io::stderr().is_terminal();
