@@ -1,6 +1,8 @@
 //! The example trainer on N ranks with ZeRO-1: threads in this process ([`run_threads`]) or
 //! MPI processes ([`run_mpi`], feature `mpi`). It trains the same model on the same data as
-//! `ckpt_burn::demo::run` and checkpoints through [`ShardedSaver`] at the same steps.
+//! `ckpt_burn::demo::run` and checkpoints through [`ShardedSaver`] at the same steps; under an
+//! overhead budget, at the steps rank 0's [`FrequencyController`] picks, broadcast to every
+//! rank over the training group each step.
 //!
 //! Burn's backend RNG is process-global, so with rank threads each rank seeds it and runs its
 //! forward and backward pass under one process-wide lock: every rank draws exactly the dropout
@@ -23,7 +25,7 @@ use ckpt_burn::demo::{
 use ckpt_burn::{
     DataCursor, TrainerState, load_model, load_scheduler, load_trainer_state, mix_seed, step_seed,
 };
-use ckpt_core::Engine;
+use ckpt_core::{Engine, FrequencyController, FrequencyPolicy};
 
 use crate::collective::{Collective, ThreadGroup};
 use crate::shards::{filter_optimizer, read_full_optimizer};
@@ -67,9 +69,11 @@ impl ZeroConfig {
         if self.demo.steps == 0 {
             return Err(Error::Config("--steps must be at least 1".into()));
         }
-        if let Frequency::OverheadBudget(_) = self.demo.frequency {
+        if let Frequency::OverheadBudget(f) = self.demo.frequency
+            && !(f > 0.0 && f < 1.0)
+        {
             return Err(Error::Config(
-                "--overhead-budget is not supported with ZeRO ranks yet; use --save-every".into(),
+                "the overhead budget must be a fraction in (0, 1)".into(),
             ));
         }
         if self.demo.save_mode != ckpt_burn::demo::SaveMode::Async {
@@ -259,12 +263,16 @@ fn run_rank(
     }
     report.start_step = start;
 
-    let every = match d.frequency {
-        Frequency::EverySteps(n) => n,
-        Frequency::OverheadBudget(_) => 0,
+    let policy = match d.frequency {
+        Frequency::EverySteps(0) => FrequencyPolicy::Never,
+        Frequency::EverySteps(n) => FrequencyPolicy::EverySteps(n),
+        Frequency::OverheadBudget(f) => FrequencyPolicy::budget(f),
     };
+    // Under a budget rank 0's controller decides and broadcasts each step's decision over the
+    // training group, so every rank saves at the same steps; a fixed interval needs no talk.
+    let mut ctrl = FrequencyController::new(policy);
     let mut zero = Zero1::new(&model, group);
-    let mut saver = if every > 0 {
+    let mut saver = if policy != FrequencyPolicy::Never {
         Some(ShardedSaver::start(
             ckpt_group,
             cfg.shard_format,
@@ -292,11 +300,22 @@ fn run_rank(
         };
         let lr = sched.step();
         model = zero.step(&mut optim, lr, model, grads)?;
-        report.step_ms.push(ms(t_step.elapsed()));
+        let step_time = t_step.elapsed();
+        report.step_ms.push(ms(step_time));
         report.final_loss = loss_value;
 
         if let Some(saver) = saver.as_mut() {
-            if step % every == 0 || step == d.steps {
+            let persisting = saver.in_flight() > 0;
+            ctrl.observe_step(step_time, persisting);
+            let due = if matches!(policy, FrequencyPolicy::OverheadBudget { .. }) {
+                let mine = rank == 0 && ctrl.should_save(step, wall.elapsed(), persisting);
+                let mut decision = vec![u8::from(mine)];
+                zero.group().broadcast(0, &mut decision)?;
+                decision.first() == Some(&1)
+            } else {
+                ctrl.should_save(step, wall.elapsed(), persisting)
+            };
+            if due || step == d.steps {
                 let t0 = Instant::now();
                 let cursor = loader.cursor();
                 saver.submit(ShardJob {
@@ -313,8 +332,13 @@ fn run_rank(
                     ),
                 })?;
                 stalls.insert(step, t0.elapsed());
+                ctrl.saved(step, wall.elapsed());
             }
-            outcomes.extend(saver.poll()?);
+            for o in saver.poll()? {
+                let stall = stalls.get(&o.step).copied().unwrap_or_default();
+                ctrl.observe_save(stall, o.persist);
+                outcomes.push(o);
+            }
         }
         progress(&StepInfo {
             step,
@@ -340,7 +364,7 @@ fn run_rank(
             blocked_ms: 0.0,
         });
     }
-    report.interval = (every > 0).then_some(every);
+    report.interval = ctrl.interval();
     report.final_step = d.steps.max(start);
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)

@@ -75,6 +75,40 @@ fn two_and_four_ranks_write_the_bytes_of_one_rank() {
     }
 }
 
+/// Under an overhead budget rank 0's controller picks the steps and every rank saves at them:
+/// the checkpoints, at whatever steps were chosen, hold the bytes one rank writes there.
+#[test]
+fn an_overhead_budget_on_two_ranks_saves_agreed_steps_with_the_bytes_of_one_rank() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let steps = 60;
+    let every = tmp.path().join("every");
+    let mut c = cfg(&every, 1, steps);
+    c.demo.frequency = Frequency::EverySteps(1);
+    run_threads(&c, &mut |_| {}).unwrap();
+
+    let root = tmp.path().join("budget");
+    let mut c = cfg(&root, 2, steps);
+    c.demo.frequency = Frequency::OverheadBudget(0.9);
+    let report = run_threads(&c, &mut |_| {}).unwrap();
+    let saved: Vec<u64> = report.saves.iter().map(|s| s.step).collect();
+    // At least the measuring save after the warm-up (by step 50 at the latest) and the last.
+    assert!(saved.len() >= 2, "saves at {saved:?}");
+    assert_eq!(saved.last(), Some(&steps));
+    for &st in &saved {
+        let m = ckpt_core::verify_checkpoint(&step_dir(&root, st)).unwrap();
+        assert_eq!(m.world_size, 2);
+        assert_same(&step_dir(&every, st), &step_dir(&root, st), &ALL);
+    }
+    // Nothing was published at any other step.
+    let dirs = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        .count();
+    assert_eq!(dirs, saved.len());
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -153,7 +187,7 @@ fn bad_configurations_are_refused() {
             .contains("--ranks")
     );
     c.ranks = 2;
-    c.demo.frequency = Frequency::OverheadBudget(0.05);
+    c.demo.frequency = Frequency::OverheadBudget(1.5);
     assert!(
         run_threads(&c, &mut |_| {})
             .unwrap_err()
