@@ -32,14 +32,15 @@
 //!   read before the next step), then it moves over the dedicated checkpoint group in the
 //!   background like [`crate::run`]'s trainer. The stall is therefore a copy of the shard, not
 //!   a handle clone.
-//! - Checkpoints every N optimizer steps (no overhead budget: ranks must agree without talking);
-//!   no gradient accumulation; the backend RNG is not re-seeded (use `crate::run` for exact,
+//! - Checkpoints every N optimizer steps, or as often as an overhead budget allows
+//!   ([`ZeroTrainingStrategy::overhead_budget`]: rank 0's controller decides at each step and
+//!   broadcasts the decision over the training group); no gradient accumulation; the backend RNG is not re-seeded (use `crate::run` for exact,
 //!   byte-identical resume).
 
 use std::{
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use burn::optim::OptimizerRecord;
@@ -56,7 +57,7 @@ use burn::train::{
 use ckpt_burn::checkpointers::AlwaysSave;
 use ckpt_burn::strategy::{train_from_epoch, valid_epoch};
 use ckpt_burn::{DataCursor, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state};
-use ckpt_core::{Engine, EngineConfig};
+use ckpt_core::{Engine, EngineConfig, FrequencyController, FrequencyPolicy};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::collective::{Collective, ThreadGroup};
@@ -68,6 +69,7 @@ pub struct ZeroTrainingStrategy {
     device: Device,
     ranks: usize,
     every: u64,
+    budget: Option<f64>,
     format: ShardFormat,
     replicate: bool,
     timeout: Duration,
@@ -112,6 +114,7 @@ impl ZeroTrainingStrategy {
             device,
             ranks,
             every: every_steps,
+            budget: None,
             format: ShardFormat::Consolidated,
             replicate: false,
             timeout: Duration::from_secs(600),
@@ -120,6 +123,27 @@ impl ZeroTrainingStrategy {
             latest: report.latest.map(|c| c.path),
             resume: false,
         })
+    }
+
+    /// Checkpoint as often as keeps the overhead under `fraction` of the training time
+    /// (e.g. 0.02) instead of every N steps: rank 0's [`FrequencyController`] decides at each
+    /// step boundary and every rank follows. A fraction outside (0, 1) is an error.
+    pub fn overhead_budget(mut self, fraction: f64) -> Result<Self> {
+        if !(fraction > 0.0 && fraction < 1.0) {
+            return Err(Error::Config(format!(
+                "the overhead budget must be a fraction in (0, 1), not {fraction}"
+            )));
+        }
+        self.budget = Some(fraction);
+        Ok(self)
+    }
+
+    fn policy(&self) -> FrequencyPolicy {
+        match (self.budget, self.every) {
+            (Some(f), _) => FrequencyPolicy::budget(f),
+            (None, 0) => FrequencyPolicy::Never,
+            (None, n) => FrequencyPolicy::EverySteps(n),
+        }
     }
 
     /// How optimizer shards are written (default: consolidated).
@@ -255,7 +279,9 @@ struct RankRun<M: LearnerModel> {
     saver: Option<ShardedSaver<M>>,
     records: Records<M>,
     store: Arc<EventStoreClient>,
-    every: u64,
+    frequency: FrequencyController,
+    stalls: std::collections::BTreeMap<u64, Duration>,
+    started: Instant,
     step: u64,
     rank: usize,
 }
@@ -319,6 +345,7 @@ impl<M: LearnerModel> RankRun<M> {
                 continue;
             }
             let progress = iterator.progress();
+            let t_step = Instant::now();
             let out = learner.train_step(item);
             let owned = self.zero.reduce_owned(&learner.model(), out.grads)?;
             learner.lr_step();
@@ -338,9 +365,29 @@ impl<M: LearnerModel> RankRun<M> {
                 l.interrupter
                     .fail_on_error(l.events.process_train(LearnerEvent::ProcessedItem(item)));
             }
+            let step_time = t_step.elapsed();
             if let Some(saver) = self.saver.as_mut() {
-                saver.poll()?;
-                if self.every > 0 && self.step.is_multiple_of(self.every) {
+                for o in saver.poll()? {
+                    let stall = self.stalls.remove(&o.step).unwrap_or_default();
+                    self.frequency.observe_save(stall, o.persist);
+                }
+                let persisting = saver.in_flight() > 0;
+                self.frequency.observe_step(step_time, persisting);
+                let now = self.started.elapsed();
+                let due = if matches!(
+                    self.frequency.policy(),
+                    FrequencyPolicy::OverheadBudget { .. }
+                ) {
+                    let mine =
+                        self.rank == 0 && self.frequency.should_save(self.step, now, persisting);
+                    let mut decision = vec![u8::from(mine)];
+                    self.zero.group().broadcast(0, &mut decision)?;
+                    decision.first() == Some(&1)
+                } else {
+                    self.frequency.should_save(self.step, now, persisting)
+                };
+                if due {
+                    let t0 = Instant::now();
                     let (optim, scheduler) =
                         self.records
                             .take(learner, self.step as usize, &self.store)?;
@@ -355,6 +402,8 @@ impl<M: LearnerModel> RankRun<M> {
                         scheduler,
                         trainer: TrainerState::new(self.step, cursor, 0),
                     })?;
+                    self.stalls.insert(self.step, t0.elapsed());
+                    self.frequency.saved(self.step, self.started.elapsed());
                 }
             }
         }
@@ -385,7 +434,7 @@ fn run_rank<M: LearnerModel>(
         let (step, epoch, done) = restore_rank(dir, &mut learner, zero.partition(), rank)?;
         (start_step, first_epoch, skip) = (step, epoch.max(1), done);
     }
-    let saver = if strategy.every > 0 {
+    let saver = if strategy.policy() != FrequencyPolicy::Never {
         Some(ShardedSaver::start(
             ckpt_group,
             strategy.format,
@@ -400,7 +449,9 @@ fn run_rank<M: LearnerModel>(
         saver,
         records: Records::new(),
         store,
-        every: strategy.every,
+        frequency: FrequencyController::new(strategy.policy()),
+        stalls: Default::default(),
+        started: Instant::now(),
         step: start_step,
         rank,
     };

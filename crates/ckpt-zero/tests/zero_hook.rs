@@ -116,6 +116,21 @@ fn train(
     replicate: bool,
     resume: bool,
 ) {
+    train_with(root, ranks, epochs, format, replicate, resume, 3, None);
+}
+
+/// [`train`] checkpointing every `every` steps, or under an overhead `budget`.
+#[allow(clippy::too_many_arguments)]
+fn train_with(
+    root: &Path,
+    ranks: usize,
+    epochs: usize,
+    format: ShardFormat,
+    replicate: bool,
+    resume: bool,
+    every: u64,
+    budget: Option<f64>,
+) {
     let device = Device::flex().autodiff();
     let train = DataLoaderBuilder::new(TinyBatcher)
         .batch_size(8)
@@ -129,11 +144,14 @@ fn train(
     let learner = Learner::new(Tiny::new(&device), AdamWConfig::new().init(), scheduler);
 
     // The lines a user adds:
-    let zero = ZeroTrainingStrategy::new(device, ranks, EngineConfig::new(root), 3)
+    let mut zero = ZeroTrainingStrategy::new(device, ranks, EngineConfig::new(root), every)
         .unwrap()
         .shard_format(format)
         .replicate_data(replicate)
         .resume(resume);
+    if let Some(b) = budget {
+        zero = zero.overhead_budget(b).unwrap();
+    }
     let result = SupervisedTraining::new(root.join("burn"), train, valid)
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(LossMetric::new())
@@ -154,6 +172,54 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn dir(root: &Path, step: u64) -> std::path::PathBuf {
     root.join(checkpoint_dir_name(step))
+}
+
+/// Under an overhead budget rank 0's controller picks the steps and both ranks follow: every
+/// published step holds the bytes one rank writes at that step.
+#[test]
+fn an_overhead_budget_on_two_ranks_publishes_steps_both_agreed_on() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let one = tmp.path().join("one");
+    let two = tmp.path().join("two");
+    // 8 epochs of 8 steps: past the controller's longest warm-up (50 steps).
+    train_with(&one, 1, 8, ShardFormat::Consolidated, true, false, 1, None);
+    train_with(
+        &two,
+        2,
+        8,
+        ShardFormat::Consolidated,
+        true,
+        false,
+        0,
+        Some(0.9),
+    );
+    let published: Vec<u64> = ckpt_core::verify_root(&two)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert!(!published.is_empty());
+    for step in published {
+        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+            assert_eq!(
+                std::fs::read(dir(&one, step).join(f)).unwrap(),
+                std::fs::read(dir(&two, step).join(f)).unwrap(),
+                "{f} at step {step}"
+            );
+        }
+    }
+    assert!(
+        ZeroTrainingStrategy::new(
+            Device::flex(),
+            2,
+            EngineConfig::new(tmp.path().join("bad")),
+            0
+        )
+        .unwrap()
+        .overhead_budget(0.0)
+        .is_err()
+    );
 }
 
 #[test]
