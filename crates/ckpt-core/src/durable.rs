@@ -37,11 +37,12 @@ pub fn write_durable_file(
             .write(true)
             .create_new(true)
             .open(path)?;
+        let file = crate::writeback::WritebackFile::new(file);
         let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
         fill(&mut w)?;
         w.flush()?;
         let (buf, digest, size) = w.finish();
-        let file = buf.into_inner().map_err(|e| e.into_error())?;
+        let file = buf.into_inner().map_err(|e| e.into_error())?.into_inner();
         file.sync_all()?;
         Ok(DurableFile {
             path: path.to_path_buf(),

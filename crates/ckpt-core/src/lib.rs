@@ -32,6 +32,7 @@ pub mod priority;
 mod publish;
 mod snapshot;
 mod staging;
+mod writeback;
 
 pub use durable::{DurableFile, write_durable_file};
 pub use engine::{

@@ -152,7 +152,8 @@ impl Publisher {
                         .open(&path)
                 };
                 let file = create().map_err(|e| persist_err(Stage::WritePart, e))?;
-                let mut w = crate::checksum::HashingWriter::new(file);
+                let mut w =
+                    crate::checksum::HashingWriter::new(crate::writeback::WritebackFile::new(file));
                 match part.data {
                     PartData::Bytes(b) => write_chunked(&mut w, &b),
                     PartData::Shared(b) => write_chunked(&mut w, &b),
@@ -182,7 +183,7 @@ impl Publisher {
                 }
                 .map_err(|e| persist_err(Stage::WritePart, e))?;
                 let (file, digest, size) = w.finish();
-                Ok((file, digest, size))
+                Ok((file.into_inner(), digest, size))
             })()?;
             (|| -> io::Result<()> {
                 io_failpoint!(FSYNC_PART);

@@ -277,6 +277,18 @@ impl<M: Module + 'static> ShardedSaver<M> {
     }
 }
 
+impl<M> Drop for ShardedSaver<M> {
+    /// Stops the thread and waits for it (a save in progress finishes or fails, bounded by the
+    /// collective timeout), so rank 0's engine, and with it the root's writer lock, is released
+    /// before the saver's owner goes on, also when training ends with an error.
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn gone(op: &str) -> Error {
     Error::Rank {
         rank: 0,
