@@ -48,7 +48,9 @@ pub struct EngineConfig {
     pub staging_budget: u64,
     /// Nice value of the persist thread, which also runs as `SCHED_BATCH` so that waking it
     /// never preempts the trainer and its encoding yields to training on shared cores
-    /// (Linux). `None` keeps the creating thread's priority.
+    /// (Linux). `None` keeps the creating thread's priority: choose it when other CPU-heavy
+    /// processes share the machine, where a niced persist thread gets little CPU, saves take
+    /// longer to become durable and, with `Backpressure::Block`, the next save waits.
     pub persist_nice: Option<i32>,
 }
 
