@@ -200,6 +200,43 @@ pub struct SaveMemory {
     pub blocking: u64,
 }
 
+impl SaveMemory {
+    /// The peaks of saving a model of `model` bytes with an optimizer record of `optim_bytes`
+    /// (`None`: two moments per parameter, AdamW).
+    pub fn new(model: u64, optim_bytes: Option<u64>) -> Self {
+        let optim = optim_bytes.unwrap_or(2 * model);
+        Self {
+            // While training runs on, every replaced tensor stays held (copy-on-write): the
+            // model until it is written, then the optimizer state and Burn's materialized
+            // record of it side by side, until the held state is dropped.
+            background: (model + optim).max(2 * optim),
+            // While the trainer waits nothing is replaced, but the model's tensors are copied
+            // out one at a time (they are shared with the live model) and the optimizer record
+            // is materialized; the allocator keeps much of the freed copies, so count both.
+            blocking: model + optim,
+        }
+    }
+
+    /// The route that keeps the save of `step` within `budget` given `held` bytes pinned by
+    /// saves in flight (see [`FrozenState::route_within`]).
+    pub fn route(&self, held: u64, budget: u64, step: u64) -> SaveRoute {
+        if held.saturating_add(self.background) <= budget {
+            return SaveRoute::Background;
+        }
+        if self.blocking > budget {
+            tracing::warn!(
+                step,
+                budget,
+                needed = self.blocking,
+                "the snapshot memory budget is below what even a blocking save needs \
+                 (Burn materializes the optimizer record); saving blocking, with the least \
+                 memory possible"
+            );
+        }
+        SaveRoute::Blocking
+    }
+}
+
 /// Sums parameter bytes without reading data.
 struct SizeCounter(u64);
 
@@ -346,18 +383,7 @@ impl<M: Module + 'static> FrozenState<M> {
     /// Peak extra memory of saving this state, for an optimizer record of `optim_bytes` (the
     /// previous checkpoint's, or `None` before the first: two moments per parameter, AdamW).
     pub fn memory(&self, optim_bytes: Option<u64>) -> SaveMemory {
-        let model = self.model_bytes();
-        let optim = optim_bytes.unwrap_or(2 * model);
-        SaveMemory {
-            // While training runs on, every replaced tensor stays held (copy-on-write): the
-            // model until it is written, then the optimizer state and Burn's materialized
-            // record of it side by side, until the held state is dropped.
-            background: (model + optim).max(2 * optim),
-            // While the trainer waits nothing is replaced, but the model's tensors are copied
-            // out one at a time (they are shared with the live model) and the optimizer record
-            // is materialized; the allocator keeps much of the freed copies, so count both.
-            blocking: model + optim,
-        }
+        SaveMemory::new(self.model_bytes(), optim_bytes)
     }
 
     /// The route that keeps this save within `budget` bytes of extra memory, given `held`
@@ -366,20 +392,8 @@ impl<M: Module + 'static> FrozenState<M> {
     /// (about one state, see [`Self::memory`]) exceeds the budget, no route fits: the save is
     /// taken blocking, the least memory possible, and a warning says so.
     pub fn route_within(&self, held: u64, optim_bytes: Option<u64>, budget: u64) -> SaveRoute {
-        let need = self.memory(optim_bytes);
-        if held.saturating_add(need.background) <= budget {
-            return SaveRoute::Background;
-        }
-        if need.blocking > budget {
-            tracing::warn!(
-                step = self.trainer.step,
-                budget,
-                needed = need.blocking,
-                "the snapshot memory budget is below what even a blocking save needs (Burn materializes the optimizer record); \
-                 saving blocking, with the least memory possible"
-            );
-        }
-        SaveRoute::Blocking
+        self.memory(optim_bytes)
+            .route(held, budget, self.trainer.step)
     }
 
     /// Encodes every part on the calling thread (the blocking path; the same bytes as the

@@ -41,8 +41,8 @@ use ckpt_core::{
 use serde::Serialize;
 
 use crate::{
-    Error, FrozenState, Result, ResumableDataLoader, SaveRoute, TrainerState, assign_param_ids,
-    load_model, mix_seed, restore, step_seed,
+    Error, FrozenState, Result, ResumableDataLoader, SaveMemory, SaveRoute, TrainerState,
+    assign_param_ids, load_model, mix_seed, restore, step_seed,
 };
 
 /// Input features of the synthetic dataset.
@@ -576,6 +576,23 @@ fn wait_saves(
     }
 }
 
+/// Feeds published saves to the frequency controller, with the whole stall the training
+/// thread saw for each (`stalls`, when known), and keeps them.
+fn record_saves(
+    ctrl: &mut FrequencyController,
+    stalls: &BTreeMap<u64, Duration>,
+    events: &mut Vec<SaveEvent>,
+    published: impl IntoIterator<Item = SaveEvent>,
+) {
+    for ev in published {
+        ctrl.observe_save(
+            stalls.get(&ev.step).copied().unwrap_or(ev.stall),
+            ev.persist,
+        );
+        events.push(ev);
+    }
+}
+
 /// Runs the demo trainer. `progress` is called after every step.
 pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
     let wall = Instant::now();
@@ -693,13 +710,8 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             match (cfg.save_mode, engine.as_mut(), burn_ckpt.as_mut()) {
                 (SaveMode::Async, Some(e), _) => {
                     // Failures of earlier saves first, so this one is not refused for them.
-                    for ev in poll_saves(e, cfg, &mut report, final_step)? {
-                        ctrl.observe_save(
-                            stalls.get(&ev.step).copied().unwrap_or(ev.stall),
-                            ev.persist,
-                        );
-                        events.push(ev);
-                    }
+                    let polled = poll_saves(e, cfg, &mut report, final_step)?;
+                    record_saves(&mut ctrl, &stalls, &mut events, polled);
                     loop {
                         let frozen = FrozenState::capture(&model, &optim, &sched, trainer.clone());
                         let route = match cfg.snapshot_budget {
@@ -707,12 +719,13 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                             Some(budget) => {
                                 // The optimizer record's size: the last checkpoint's bytes
                                 // beyond the model (`None` before the first).
-                                let optim_bytes = events
-                                    .last()
-                                    .map(|ev| ev.bytes.saturating_sub(frozen.model_bytes()));
+                                let model_bytes = frozen.model_bytes();
+                                let optim_bytes =
+                                    events.last().map(|ev| ev.bytes.saturating_sub(model_bytes));
+                                let need = SaveMemory::new(model_bytes, optim_bytes);
                                 let held = e.in_flight() as u64 * held_per_save;
-                                held_per_save = frozen.memory(optim_bytes).background;
-                                frozen.route_within(held, optim_bytes, budget)
+                                held_per_save = need.background;
+                                need.route(held, budget, step)
                             }
                         };
                         let submitted = e.submit(frozen.into_snapshot());
@@ -765,26 +778,15 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             let stall = t0.elapsed();
             stalls.insert(step, stall);
             ctrl.saved(step, wall.elapsed());
-            for ev in waited.drain(..) {
-                ctrl.observe_save(
-                    stalls.get(&ev.step).copied().unwrap_or(ev.stall),
-                    ev.persist,
-                );
-                events.push(ev);
-            }
+            record_saves(&mut ctrl, &stalls, &mut events, waited.drain(..));
             if cfg.save_mode == SaveMode::Burn {
                 ctrl.observe_save(stall, Duration::ZERO);
             }
         }
         if let Some(e) = engine.as_mut() {
             report.max_in_flight_seen = report.max_in_flight_seen.max(e.in_flight());
-            for ev in poll_saves(e, cfg, &mut report, final_step)? {
-                ctrl.observe_save(
-                    stalls.get(&ev.step).copied().unwrap_or(ev.stall),
-                    ev.persist,
-                );
-                events.push(ev);
-            }
+            let polled = poll_saves(e, cfg, &mut report, final_step)?;
+            record_saves(&mut ctrl, &stalls, &mut events, polled);
         }
         progress(&StepInfo {
             step,

@@ -99,6 +99,15 @@ struct Window {
     after: u64,
 }
 
+impl Window {
+    /// The window's cost against baseline `base`. Costs are always recomputed from the raw
+    /// step times, so early windows, measured while the baseline still came from a few slow
+    /// warm-up steps, are counted right once it has settled.
+    fn cost(&self, base: f64) -> f64 {
+        (self.time - self.steps as f64 * base).max(0.0) + self.stall.unwrap_or(0.0)
+    }
+}
+
 impl FrequencyController {
     /// Fraction of the budget the controller aims at, leaving room for estimation noise.
     pub const HEADROOM: f64 = 0.9;
@@ -218,19 +227,20 @@ impl FrequencyController {
         }
     }
 
-    /// A window's cost against the current baseline. Costs are always recomputed from the
-    /// raw step times, so early windows, measured while the baseline still came from a few
-    /// slow warm-up steps, are counted right once it has settled.
-    fn window_cost(&self, w: &Window, base: f64) -> f64 {
-        (w.time - w.steps as f64 * base).max(0.0) + w.stall.unwrap_or(0.0)
-    }
-
-    /// What all saves cost so far, in seconds.
-    fn spent_total(&self) -> f64 {
-        let Some(base) = self.baseline() else {
+    /// What all saves cost so far, in seconds, against baseline `base`.
+    fn spent_at(&self, base: Option<f64>) -> f64 {
+        let Some(base) = base else {
             return self.closed_stall;
         };
         (self.closed_time - self.closed_steps as f64 * base).max(0.0) + self.closed_stall
+    }
+
+    /// The per-save estimate against baseline `base` (see [`Self::cost_per_save`]).
+    fn cost_at(&self, base: f64) -> Option<f64> {
+        let costs: Vec<f64> = self.recent.iter().map(|w| w.cost(base)).collect();
+        let last = *costs.last()?;
+        let mean = costs.iter().sum::<f64>() / costs.len() as f64;
+        Some(mean.max(last))
     }
 
     /// Records a finished save: stall on the training thread and persist time.
@@ -250,20 +260,12 @@ impl FrequencyController {
     /// save until shortly after its persist ended, over the baseline step time. Conservative:
     /// the larger of the mean of the newest windows and the newest one.
     pub fn cost_per_save(&self) -> Option<f64> {
-        let base = self.baseline()?;
-        let costs: Vec<f64> = self
-            .recent
-            .iter()
-            .map(|w| self.window_cost(w, base))
-            .collect();
-        let last = *costs.last()?;
-        let mean = costs.iter().sum::<f64>() / costs.len() as f64;
-        Some(mean.max(last))
+        self.cost_at(self.baseline()?)
     }
 
     /// Training time so far and the part of it checkpoints cost (measured), in seconds.
     pub fn spent(&self) -> (f64, f64) {
-        (self.elapsed, self.spent_total())
+        (self.elapsed, self.spent_at(self.baseline()))
     }
 
     /// The interval in steps in force: fixed for `EverySteps`; for a budget, once a save has
@@ -319,9 +321,11 @@ impl FrequencyController {
                 {
                     return false;
                 }
-                match self.cost_per_save() {
+                // One baseline (a sort of the recent steps) per decision.
+                let base = self.baseline();
+                match base.and_then(|b| self.cost_at(b)) {
                     Some(cost) => {
-                        let spent = self.spent_total();
+                        let spent = self.spent_at(base);
                         let useful = (self.elapsed - spent).max(0.0);
                         spent + cost <= Self::HEADROOM * fraction * useful
                     }

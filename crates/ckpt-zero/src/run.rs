@@ -101,6 +101,25 @@ fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
     Ok((Some(engine), latest))
 }
 
+/// Whether every rank checkpoints after `step`. A fixed interval needs no talk; under an
+/// overhead budget rank 0's controller decides and broadcasts the decision over `group`, so
+/// all ranks save at the same steps (every rank must call this at every step boundary).
+pub(crate) fn agree_to_save(
+    ctrl: &mut FrequencyController,
+    group: &mut dyn Collective,
+    step: u64,
+    now: Duration,
+    persisting: bool,
+) -> Result<bool> {
+    if !matches!(ctrl.policy(), FrequencyPolicy::OverheadBudget { .. }) {
+        return Ok(ctrl.should_save(step, now, persisting));
+    }
+    let mine = group.rank() == 0 && ctrl.should_save(step, now, persisting);
+    let mut decision = vec![u8::from(mine)];
+    group.broadcast(0, &mut decision)?;
+    Ok(decision.first() == Some(&1))
+}
+
 /// Joins the other rank threads after rank 0 finished with `r0`: rank 0's own error first,
 /// else the first other rank's (a panic included), else rank 0's result.
 pub(crate) fn join_ranks<T>(
@@ -307,14 +326,7 @@ fn run_rank(
         if let Some(saver) = saver.as_mut() {
             let persisting = saver.in_flight() > 0;
             ctrl.observe_step(step_time, persisting);
-            let due = if matches!(policy, FrequencyPolicy::OverheadBudget { .. }) {
-                let mine = rank == 0 && ctrl.should_save(step, wall.elapsed(), persisting);
-                let mut decision = vec![u8::from(mine)];
-                zero.group().broadcast(0, &mut decision)?;
-                decision.first() == Some(&1)
-            } else {
-                ctrl.should_save(step, wall.elapsed(), persisting)
-            };
+            let due = agree_to_save(&mut ctrl, zero.group(), step, wall.elapsed(), persisting)?;
             if due || step == d.steps {
                 let t0 = Instant::now();
                 let cursor = loader.cursor();

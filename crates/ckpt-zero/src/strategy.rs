@@ -373,19 +373,13 @@ impl<M: LearnerModel> RankRun<M> {
                 }
                 let persisting = saver.in_flight() > 0;
                 self.frequency.observe_step(step_time, persisting);
-                let now = self.started.elapsed();
-                let due = if matches!(
-                    self.frequency.policy(),
-                    FrequencyPolicy::OverheadBudget { .. }
-                ) {
-                    let mine =
-                        self.rank == 0 && self.frequency.should_save(self.step, now, persisting);
-                    let mut decision = vec![u8::from(mine)];
-                    self.zero.group().broadcast(0, &mut decision)?;
-                    decision.first() == Some(&1)
-                } else {
-                    self.frequency.should_save(self.step, now, persisting)
-                };
+                let due = crate::run::agree_to_save(
+                    &mut self.frequency,
+                    self.zero.group(),
+                    self.step,
+                    self.started.elapsed(),
+                    persisting,
+                )?;
                 if due {
                     let t0 = Instant::now();
                     let (optim, scheduler) =

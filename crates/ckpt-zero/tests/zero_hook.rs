@@ -174,6 +174,26 @@ fn dir(root: &Path, step: u64) -> std::path::PathBuf {
     root.join(checkpoint_dir_name(step))
 }
 
+/// The steps of every checkpoint under `root`, all verified.
+fn published_steps(root: &Path) -> Vec<u64> {
+    ckpt_core::verify_root(root)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect()
+}
+
+/// The model, optimizer and scheduler files of `step` are the same bytes under both roots.
+fn assert_same_records(a: &Path, b: &Path, step: u64) {
+    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+        assert_eq!(
+            std::fs::read(dir(a, step).join(f)).unwrap(),
+            std::fs::read(dir(b, step).join(f)).unwrap(),
+            "{f} at step {step}"
+        );
+    }
+}
+
 /// Under an overhead budget rank 0's controller picks the steps and both ranks follow: every
 /// published step holds the bytes one rank writes at that step.
 #[test]
@@ -194,20 +214,10 @@ fn an_overhead_budget_on_two_ranks_publishes_steps_both_agreed_on() {
         0,
         Some(0.9),
     );
-    let published: Vec<u64> = ckpt_core::verify_root(&two)
-        .unwrap()
-        .iter()
-        .map(|c| c.step)
-        .collect();
+    let published = published_steps(&two);
     assert!(!published.is_empty());
     for step in published {
-        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
-            assert_eq!(
-                std::fs::read(dir(&one, step).join(f)).unwrap(),
-                std::fs::read(dir(&two, step).join(f)).unwrap(),
-                "{f} at step {step}"
-            );
-        }
+        assert_same_records(&one, &two, step);
     }
     assert!(
         ZeroTrainingStrategy::new(
@@ -231,20 +241,10 @@ fn two_ranks_in_burns_learner_publish_the_bytes_of_one() {
     train(&one, 1, 2, ShardFormat::Consolidated, true, false);
     train(&two, 2, 2, ShardFormat::Consolidated, true, false);
     // 64 samples in batches of 8: 8 steps an epoch, checkpoints at 3, 6, ..., 15.
-    let published: Vec<u64> = ckpt_core::verify_root(&two)
-        .unwrap()
-        .iter()
-        .map(|c| c.step)
-        .collect();
+    let published = published_steps(&two);
     assert_eq!(published, vec![3, 6, 9, 12, 15]);
     for step in [3, 9, 15] {
-        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
-            assert_eq!(
-                std::fs::read(dir(&one, step).join(f)).unwrap(),
-                std::fs::read(dir(&two, step).join(f)).unwrap(),
-                "{f} at step {step}"
-            );
-        }
+        assert_same_records(&one, &two, step);
         let d = dir(&two, step);
         Tiny::new(&Device::flex()).load_record(ModuleRecord::load(d.join(MODEL_FILE)).unwrap());
         OptimizerRecord::load(d.join(OPTIM_FILE)).unwrap();
@@ -269,11 +269,7 @@ fn per_rank_checkpoints_from_the_learner_resume_on_one_rank() {
     // Resume on one rank, which reads all the data (8 steps an epoch): epoch 2 goes on after
     // the 2 iterations step 6 had done (steps 7-12), then epoch 3 (steps 13-20).
     train(&root, 1, 3, ShardFormat::Consolidated, false, true);
-    let steps: Vec<u64> = ckpt_core::verify_root(&root)
-        .unwrap()
-        .iter()
-        .map(|c| c.step)
-        .collect();
+    let steps = published_steps(&root);
     assert_eq!(steps, vec![3, 6, 9, 12, 15, 18]);
     let m = ckpt_core::verify_checkpoint(&dir(&root, 18)).unwrap();
     assert_eq!((m.world_size, m.layout.as_str()), (1, "consolidated"));
