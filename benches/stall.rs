@@ -11,7 +11,7 @@
 //!
 //! Only the save call is timed. Between saves one (untimed) training step updates the state, as
 //! in a real run, and the previous save is allowed to finish (untimed). The measurement kernels
-//! are `ckpt_burn::perf`, shared with `examples/bench_report.rs`.
+//! are `ckpt_demo::perf`, shared with `examples/bench_report.rs`.
 //!
 //! `CKPT_STALL_SIZES` picks sizes (comma-separated of `10mb,100mb,1gb,4gb`; default the first
 //! three). `CKPT_BENCH_DIR` sets where to write (default: a temporary directory under
@@ -21,7 +21,7 @@ mod common;
 
 use std::time::Duration;
 
-use burn_ckpt::ckpt_burn::perf::{MemcpyFloor, StateSize, TrainState};
+use ckpt_demo::perf::{MemcpyFloor, StateSize, TrainState};
 use ckpt_core::{Engine, EngineConfig, Retention};
 use common::bench_dir;
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};

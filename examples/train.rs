@@ -38,12 +38,10 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use burn_ckpt::ckpt_burn::demo::{
-    Backend, DemoConfig, Frequency, SaveErrorPolicy, SaveMode, StepInfo, StopOutcome, run,
-};
-use burn_ckpt::ckpt_core::{self, Backpressure};
+use burn_ckpt::ckpt_core::{self, Backpressure, SaveErrorPolicy, StopOutcome};
+use ckpt_demo::{Backend, DemoConfig, DemoReport, Frequency, SaveMode, StepInfo, run};
 use clap::{Parser, ValueEnum};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 
 /// Exit status: a stop signal ended the run and its final checkpoint is durable.
 pub const EXIT_STOPPED: u8 = 75;
@@ -83,8 +81,10 @@ enum BackendArg {
 }
 
 /// Train a small MLP with non-stalling, crash-safe checkpoints.
+///
+/// A flag given twice takes the last value, so wrapper scripts can append overrides.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, about, args_override_self = true)]
 struct Args {
     /// Checkpoint root.
     #[arg(long, default_value = "runs/train")]
@@ -181,13 +181,16 @@ enum Dist {
     Mpi,
 }
 
-/// Runs the ZeRO-1 trainer; `None` on MPI ranks other than 0 (they print nothing).
+/// Runs the ZeRO-1 trainer; `conclude` gets this process's rank (0 with threads) and its
+/// report, and returns the exit status.
 fn run_zero(
     args: &Args,
     cfg: &DemoConfig,
     on_step: &mut dyn FnMut(&StepInfo),
-) -> anyhow::Result<Option<burn_ckpt::ckpt_burn::demo::DemoReport>> {
-    use burn_ckpt::ckpt_zero::{ShardFormat, run::ZeroConfig};
+    conclude: impl FnOnce(usize, DemoReport) -> anyhow::Result<u8>,
+) -> anyhow::Result<u8> {
+    use burn_ckpt::ckpt_zero::ShardFormat;
+    use ckpt_demo::zero::ZeroConfig;
     let mut z = ZeroConfig::new(cfg.clone(), args.ranks);
     z.shard_format = match args.shard_format {
         ShardFormatArg::Consolidated => ShardFormat::Consolidated,
@@ -195,9 +198,14 @@ fn run_zero(
     };
     z.replicate_data = args.replicate_data;
     match args.dist {
-        Dist::Threads => Ok(Some(burn_ckpt::ckpt_zero::run::run_threads(&z, on_step)?)),
+        Dist::Threads => conclude(
+            0,
+            ckpt_demo::zero::run_threads(&z, on_step).context("training failed")?,
+        ),
         #[cfg(feature = "mpi")]
-        Dist::Mpi => Ok(burn_ckpt::ckpt_zero::run::run_mpi(&z, on_step)?),
+        Dist::Mpi => {
+            ckpt_demo::zero::run_mpi(&z, on_step, conclude).context("training failed")?
+        }
         #[cfg(not(feature = "mpi"))]
         Dist::Mpi => bail!("--dist mpi needs a build with `--features mpi`"),
     }
@@ -208,19 +216,24 @@ static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 fn signal_name(sig: i32) -> &'static str {
     match sig {
+        // Another rank received the signal first; the ranks agreed to stop.
+        0 => "a stop request of another rank",
         SIGTERM => "SIGTERM",
         SIGINT => "SIGINT",
+        SIGUSR1 => "SIGUSR1",
         _ => "a signal",
     }
 }
 
-/// Handles SIGTERM/SIGINT on a dedicated thread (signal-hook's self-pipe iterator): the first
-/// sets the returned flag, which the training loop checks at every step boundary, and starts a
+/// Handles SIGTERM, SIGINT and SIGUSR1 on a dedicated thread (signal-hook's self-pipe
+/// iterator): the first sets the returned flag, which the training loop checks at every step
+/// boundary (on several ranks they agree on it, so all stop at the same step), and starts a
 /// watchdog for the grace period; a second exits at once with 128 + the signal number.
+/// SIGUSR1 is there for `mpirun`, which forwards it to every rank without killing them.
 fn install_stop_handler(grace: Duration) -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .context("installing the SIGTERM/SIGINT handler")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGUSR1])
+        .context("installing the SIGTERM/SIGINT/SIGUSR1 handler")?;
     let flag = stop.clone();
     std::thread::Builder::new()
         .name("signals".into())
@@ -273,7 +286,22 @@ fn backend(b: BackendArg) -> anyhow::Result<Backend> {
     }
 }
 
+/// Sends the libraries' events to stderr: level `warn` by default, `RUST_LOG` overrides (for
+/// example `RUST_LOG=ckpt_core=debug`). Once per process; later calls keep the first.
+fn install_log_subscriber() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
 fn main_inner(args: Args) -> anyhow::Result<u8> {
+    install_log_subscriber();
     let mut cfg = DemoConfig::new(&args.dir);
     cfg.seed = args.seed;
     cfg.steps = args.steps;
@@ -310,9 +338,6 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         BackpressureArg::Skip => Backpressure::Skip,
         BackpressureArg::Sync => Backpressure::Sync,
     };
-    if args.max_in_flight == 0 {
-        bail!("--max-in-flight must be at least 1");
-    }
     cfg.max_in_flight = args.max_in_flight;
     cfg.snapshot_budget = (args.snapshot_budget_mb > 0).then_some(args.snapshot_budget_mb << 20);
     cfg.stop = Some(install_stop_handler(grace)?);
@@ -346,16 +371,35 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
             }
         }
     };
-    let report = if args.ranks > 1 || args.dist == Dist::Mpi {
-        match run_zero(&args, &cfg, &mut on_step).context("training failed")? {
-            Some(r) => r,
-            None => return Ok(0), // an MPI rank other than 0: rank 0 reports
+    let conclude = |rank: usize, report: DemoReport| {
+        if let Some(b) = &bar {
+            b.finish_and_clear();
         }
-    } else {
-        run(&cfg, &mut on_step).context("training failed")?
+        conclude(&args, &cfg, grace, rank, report)
     };
-    if let Some(b) = &bar {
-        b.finish_and_clear();
+    if args.ranks > 1 || args.dist == Dist::Mpi {
+        run_zero(&args, &cfg, &mut on_step, conclude)
+    } else {
+        conclude(0, run(&cfg, &mut on_step).context("training failed")?)
+    }
+}
+
+/// Writes the report and prints how the run ended (rank 0 only); returns the exit status,
+/// the same on every rank.
+fn conclude(
+    args: &Args,
+    cfg: &DemoConfig,
+    grace: Duration,
+    rank: usize,
+    report: DemoReport,
+) -> anyhow::Result<u8> {
+    if rank != 0 {
+        // Another MPI rank: rank 0 reports; the exit status is the same on every rank.
+        return Ok(match report.stopped.map(|s| s.outcome) {
+            Some(StopOutcome::GraceExpired) => EXIT_GRACE_EXPIRED,
+            Some(_) => EXIT_STOPPED,
+            None => 0,
+        });
     }
     if let Some(path) = &args.report {
         let json = serde_json::to_vec_pretty(&report).context("encoding the report")?;
@@ -427,7 +471,7 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         report
             .resumed_from
             .as_ref()
-            .map(|p| format!(", resumed from {}", p.display()))
+            .map(|p| format!(", resumed from step {} ({})", report.start_step, p.display()))
             .unwrap_or_default()
     );
     Ok(0)

@@ -288,3 +288,105 @@ fn a_slow_disk_shows_backpressure_in_the_report_and_bounds_in_flight_saves() {
     );
     assert_eq!(latest_step(&dir), Some(20));
 }
+
+/// The same policies on ZeRO-1 ranks as on one: under `--on-save-error continue` a failed
+/// sharded save (EIO at rank 0's manifest fsync) is counted, every rank goes on and later
+/// saves publish the bytes of an undisturbed run; the last one failing still stops the run.
+/// Under `--snapshot-budget-mb`, saves too big for the budget are written while the ranks
+/// wait, with the same bytes, and the trainer says so.
+#[test]
+fn zero_ranks_follow_on_save_error_and_the_snapshot_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    for format in ["consolidated", "per-rank"] {
+        let ranks = |t: Trainer| t.arg("--ranks", 2).arg("--shard-format", format);
+        let base = tmp.path().join(format!("base-{format}"));
+        ranks(trainer(&base).steps(30).save_every(5)).run_ok();
+
+        let dir = tmp.path().join(format!("continue-{format}"));
+        let report = tmp.path().join(format!("report-{format}.json"));
+        let out = ranks(trainer(&dir).steps(30).save_every(5))
+            .arg("--on-save-error", "continue")
+            .arg("--report", report.display())
+            .failpoint(failpoints::FSYNC_MANIFEST, "1*return(eio)")
+            .run_ok();
+        let r = read_report(&report);
+        let failed = r["failed_saves"].as_array().unwrap();
+        assert_eq!(failed.len(), 1, "{r}");
+        assert_eq!(failed[0]["step"], 5);
+        let msg = failed[0]["error"].as_str().unwrap();
+        assert!(
+            msg.contains("checkpoint at step 5 ") && msg.contains(errno_text("eio")),
+            "{msg}"
+        );
+        assert!(
+            out.stderr.contains("checkpoint failed; training continues"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(assert_published_valid(&dir), [10, 15, 20, 25, 30]);
+        assert!(tmp_entries(&dir).is_empty(), "{:?}", tmp_entries(&dir));
+        assert_same_checkpoint(&step_dir(&base, 30), &step_dir(&dir, 30));
+
+        // The last checkpoint failing stops the run with exit 1 naming the step.
+        let last = tmp.path().join(format!("last-{format}"));
+        let out = ranks(trainer(&last).steps(12).save_every(5))
+            .arg("--on-save-error", "continue")
+            .failpoint(failpoints::FSYNC_MANIFEST, "2*off->return(eio)")
+            .run();
+        assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+        let line = out.line("error: ").unwrap();
+        assert!(line.contains("checkpoint at step 12 "), "{line}");
+        assert_eq!(assert_published_valid(&last), [5, 10]);
+
+        // A budget below what a background save holds: saves wait, same bytes.
+        let big = |t: Trainer| ranks(t).arg("--hidden", 384).steps(10).save_every(5);
+        let free = tmp.path().join(format!("free-{format}"));
+        big(trainer(&free)).run_ok();
+        let tight = tmp.path().join(format!("tight-{format}"));
+        let report = tmp.path().join(format!("budget-{format}.json"));
+        let out = big(trainer(&tight))
+            .arg("--snapshot-budget-mb", 1)
+            .arg("--report", report.display())
+            .run_ok();
+        let r = read_report(&report);
+        assert_eq!(r["blocking_saves"], serde_json::json!([5, 10]), "{r}");
+        assert!(
+            out.stderr.contains("snapshot memory budget"),
+            "{}",
+            out.stderr
+        );
+        for st in [5, 10] {
+            assert_same_checkpoint(&step_dir(&free, st), &step_dir(&tight, st));
+        }
+    }
+}
+
+/// One flipped byte in the newest checkpoint: `--resume` falls back to the previous one and
+/// says so on stderr, naming the skipped checkpoint, the file and the reason, and the step it
+/// resumed from.
+#[test]
+fn resume_past_a_corrupt_newest_checkpoint_says_which_file_and_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    trainer(&dir).steps(10).save_every(5).run_ok();
+    let optim = step_dir(&dir, 10).join(burn_ckpt::ckpt_burn::OPTIM_FILE);
+    let mut bytes = std::fs::read(&optim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&optim, bytes).unwrap();
+
+    let out = trainer(&dir).steps(15).save_every(5).flag("--resume").run_ok();
+    let skipped = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("step-00000010"))
+        .unwrap_or_else(|| panic!("no line names the skipped checkpoint:\n{}", out.stderr));
+    assert!(skipped.contains("optim.bpk"), "{skipped}");
+    assert!(skipped.contains("checksum"), "{skipped}");
+    assert!(
+        out.stderr.contains("resumed from step 5"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(assert_published_valid(&dir), [5, 10, 15]);
+}

@@ -169,3 +169,97 @@ fn the_grace_period_bounds_the_wait_for_the_final_checkpoint() {
         .run_ok();
     assert_same_files(&step_dir(&base, STEPS), &step_dir(&dir, STEPS));
 }
+
+/// SIGTERM (or, under `mpirun`, SIGUSR1) to a ZeRO-1 run of `ranks` ranks in `format`: every
+/// rank stops at the same step boundary (the ranks agree on it over the training group), the
+/// final checkpoint is durable before exit 75 and verifies (per rank: every rank's shard of
+/// that step is in it), within the grace period; `--resume` to the end writes the bytes of the
+/// uninterrupted run. `mpi` runs the ranks as processes under `mpirun -n ranks`.
+fn ranks_stop_and_resume(ranks: usize, format: &str, mpi: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let with = |t: Trainer| {
+        let t = t
+            .arg("--shard-format", format)
+            .arg("--grace-period", 30);
+        if mpi {
+            t.arg("--dist", "mpi")
+        } else {
+            t.arg("--ranks", ranks)
+        }
+    };
+    let launch = |t: Trainer| -> Option<Running> {
+        if mpi {
+            Some(spawn_command(t.mpirun_command(ranks)?))
+        } else {
+            Some(t.spawn())
+        }
+    };
+    let finish = |t: Trainer| {
+        let run = launch(t).expect("launch");
+        let out = run.wait(LONG);
+        assert!(out.status.success(), "{}", out.stderr);
+    };
+    let base = tmp.path().join("base");
+    if mpi && trainer(&base).mpirun_command(ranks).is_none() {
+        eprintln!("SKIP: mpirun not found (install openmpi-bin)");
+        return;
+    }
+    finish(with(trainer(&base).steps(STEPS).save_every(1)));
+
+    let dir = tmp.path().join("run");
+    let mut run = launch(
+        with(trainer(&dir).steps(STEPS).save_every(3))
+            .failpoint(failpoints::WRITE_PART, "sleep(30)"),
+    )
+    .expect("launch");
+    let seen = run.wait_for_step(9, LONG);
+    run.signal(if mpi { "USR1" } else { "TERM" });
+    let t0 = Instant::now();
+    let out = run.wait(LONG);
+    let took = t0.elapsed();
+    let name = if mpi { "SIGUSR1" } else { "SIGTERM" };
+    assert_eq!(out.status.code(), Some(EXIT_STOPPED), "{}", out.stderr);
+    assert!(took < Duration::from_secs(30), "stopping took {took:?}");
+    // Under mpirun, rank 0 may stop on another rank's signal before its own arrives.
+    let line = out
+        .line("stopped by ")
+        .unwrap_or_else(|| panic!("no stop line:\n{}", out.stderr));
+    assert!(mpi || line.starts_with(&format!("stopped by {name} ")), "{line}");
+    let (_, at) = line.split_once(" at step ").expect("the stop line names the step");
+    let k: u64 = at
+        .split(':')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!(k >= seen && k < STEPS, "stopped at {k}, signal after {seen}");
+    assert!(line.contains("is durable"), "{line}");
+    let steps = assert_published_valid(&dir);
+    assert_eq!(steps.last(), Some(&k), "{}", out.stderr);
+    assert_eq!(latest_step(&dir), Some(k));
+    assert!(tmp_entries(&dir).is_empty(), "{:?}", tmp_entries(&dir));
+    assert_same_checkpoint(&step_dir(&base, k), &step_dir(&dir, k));
+
+    finish(with(trainer(&dir).steps(STEPS).save_every(3)).flag("--resume"));
+    assert_same_checkpoint(&step_dir(&base, STEPS), &step_dir(&dir, STEPS));
+}
+
+#[test]
+fn sigterm_on_two_rank_threads_stops_all_ranks_at_one_step() {
+    ranks_stop_and_resume(2, "consolidated", false);
+    ranks_stop_and_resume(2, "per-rank", false);
+}
+
+#[test]
+fn sigterm_on_four_rank_threads_stops_all_ranks_at_one_step() {
+    ranks_stop_and_resume(4, "consolidated", false);
+    ranks_stop_and_resume(4, "per-rank", false);
+}
+
+/// Under `mpirun -n 4 --dist mpi`: SIGUSR1 to `mpirun` (which forwards it to every rank; a
+/// SIGTERM to `mpirun` makes it kill the ranks after a second, see the README).
+#[cfg(feature = "mpi")]
+#[test]
+fn sigusr1_to_mpirun_with_four_ranks_stops_all_ranks_at_one_step() {
+    ranks_stop_and_resume(4, "consolidated", true);
+    ranks_stop_and_resume(4, "per-rank", true);
+}

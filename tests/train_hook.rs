@@ -319,3 +319,37 @@ fn strategy_checkpoints_at_step_boundaries_and_resumes_mid_epoch_exactly() {
     assert_eq!(read(&root, 8, OPTIM_FILE), optim_8);
     assert_eq!(read(&root, 8, MODEL_FILE), model_8);
 }
+
+#[test]
+fn a_checkpoint_the_strategy_cannot_resume_from_is_an_error_naming_it() {
+    use burn_ckpt::ckpt_burn::strategy::META_EPOCH_ITERATION;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ckpt");
+    let result = train_steps(tmp.path(), 1, 3, None);
+    assert!(result.error.is_none(), "{:?}", result.error);
+
+    // Step 3's records, published again as step 20 with a position Burn's loop cannot mean.
+    let (mut engine, _) = ckpt_core::Engine::open(EngineConfig::new(&root)).unwrap();
+    let snap = ckpt_core::Snapshot::new(20)
+        .with_epoch(1)
+        .with_bytes(MODEL_FILE, read(&root, 3, MODEL_FILE))
+        .with_bytes(OPTIM_FILE, read(&root, 3, OPTIM_FILE))
+        .with_bytes(SCHEDULER_FILE, read(&root, 3, SCHEDULER_FILE))
+        .with_meta(META_EPOCH_ITERATION, "three");
+    engine.submit(snap).unwrap();
+    engine.finish().unwrap();
+
+    // Burn restores the records fine; the strategy refuses instead of silently starting over
+    // at step 0 (whose later saves would replace steps 3 and 4).
+    let m3 = read(&root, 3, MODEL_FILE);
+    let resumed = train_steps(tmp.path(), 2, 3, Some(20));
+    let err = resumed.error.map(|e| e.to_string()).expect("resume must fail");
+    assert!(err.contains(&checkpoint_dir_name(20)), "{err}");
+    assert!(err.contains(META_EPOCH_ITERATION), "{err}");
+    let list = ckpt_core::list_checkpoints(&root, true).unwrap();
+    assert_eq!(
+        list.iter().map(|c| c.step).collect::<Vec<_>>(),
+        vec![3, 4, 20]
+    );
+    assert_eq!(read(&root, 3, MODEL_FILE), m3);
+}

@@ -1,4 +1,4 @@
-//! End-to-end tests of the example trainer (`ckpt_burn::demo::run`, the code behind
+//! End-to-end tests of the example trainer (`ckpt_demo::run`, the code behind
 //! `examples/train.rs`): exact resume after real process aborts, async/sync byte identity,
 //! byte identity with Burn's own checkpointer, and typed errors on bad input.
 //!
@@ -16,8 +16,8 @@ use burn::module::Module;
 use burn::tensor::Device;
 use burn_ckpt::ckpt_burn::{
     self as cb, Error, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState,
-    demo::{self, DemoConfig, Frequency, Mlp, SaveMode},
 };
+use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp, SaveMode};
 use burn_ckpt::ckpt_core::{self, Engine, EngineConfig, Snapshot};
 
 const CHILD: &str = "BURN_CKPT_TRAIN_CHILD";

@@ -152,30 +152,51 @@ impl Trainer {
         f
     }
 
+    /// The command running this trainer as `n` MPI ranks under `mpirun` (each rank re-executes
+    /// this test binary); `None` when `mpirun` is not installed.
+    pub fn mpirun_command(&self, n: usize) -> Option<Command> {
+        let mut c = burn_ckpt::ckpt_zero::collective::mpi_launch::mpirun_command(n, false)?;
+        let me = self.command();
+        c.args(["-x", CHILD_ARGS, "-x", CHILD_FAILPOINTS]);
+        c.arg(me.get_program()).args(me.get_args());
+        for (k, v) in me.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env(k, ""),
+            };
+        }
+        c.stdin(Stdio::null());
+        Some(c)
+    }
+
     /// Starts the trainer with its stderr streamed line by line.
     pub fn spawn(&self) -> Running {
-        let mut child = self
-            .command()
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning the trainer");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
+        spawn_command(self.command())
+    }
+}
+
+/// Starts `cmd` with its stderr streamed line by line.
+pub fn spawn_command(mut cmd: Command) -> Running {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the trainer");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
             }
-        });
-        Running {
-            child,
-            lines: rx,
-            seen: Vec::new(),
-            started: Instant::now(),
         }
+    });
+    Running {
+        child,
+        lines: rx,
+        seen: Vec::new(),
+        started: Instant::now(),
     }
 }
 
@@ -309,6 +330,28 @@ pub fn assert_same_files(a: &Path, b: &Path) {
             a.display(),
             b.display()
         );
+    }
+}
+
+/// Asserts every file of checkpoint `a` but its manifest (which records times) equals the
+/// same file of `b`, and that both hold the same files.
+pub fn assert_same_checkpoint(a: &Path, b: &Path) {
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap_or_else(|e| panic!("{}: {e}", d.display()))
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != ckpt_core::MANIFEST_FILE)
+            .collect();
+        v.sort();
+        v
+    };
+    let files = names(a);
+    assert_eq!(files, names(b), "{} and {} hold different files", a.display(), b.display());
+    for f in files {
+        let x = std::fs::read(a.join(&f)).unwrap();
+        let y = std::fs::read(b.join(&f)).unwrap();
+        assert!(x == y, "{f} differs between {} and {}", a.display(), b.display());
     }
 }
 

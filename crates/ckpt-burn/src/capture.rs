@@ -21,7 +21,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Int, Tensor};
-use ckpt_core::Snapshot;
+use ckpt_core::{SaveMemory, Snapshot};
 
 use crate::data::mix_seed;
 use crate::pack::write_pack;
@@ -179,61 +179,19 @@ pub fn encode_scheduler(record: LrSchedulerRecord) -> Result<Vec<u8>> {
     Ok(bytes.to_vec())
 }
 
-/// How a save is persisted, chosen by [`FrozenState::route_within`] to fit a memory budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SaveRoute {
-    /// Submitted and written in the background while training continues (the stall is the
-    /// handle clones); memory: [`SaveMemory::background`].
-    Background,
-    /// Submitted, then waited for before training continues; memory:
-    /// [`SaveMemory::blocking`].
-    Blocking,
-}
-
-/// Peak extra memory of one save, in bytes, by route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SaveMemory {
-    /// Written while training continues.
-    pub background: u64,
-    /// Written while the trainer waits.
-    pub blocking: u64,
-}
-
-impl SaveMemory {
-    /// The peaks of saving a model of `model` bytes with an optimizer record of `optim_bytes`
-    /// (`None`: two moments per parameter, AdamW).
-    pub fn new(model: u64, optim_bytes: Option<u64>) -> Self {
-        let optim = optim_bytes.unwrap_or(2 * model);
-        Self {
-            // While training runs on, every replaced tensor stays held (copy-on-write): the
-            // model until it is written, then the optimizer state and Burn's materialized
-            // record of it side by side, until the held state is dropped.
-            background: (model + optim).max(2 * optim),
-            // While the trainer waits nothing is replaced, but the model's tensors are copied
-            // out one at a time (they are shared with the live model) and the optimizer record
-            // is materialized; the allocator keeps much of the freed copies, so count both.
-            blocking: model + optim,
-        }
-    }
-
-    /// The route that keeps the save of `step` within `budget` given `held` bytes pinned by
-    /// saves in flight (see [`FrozenState::route_within`]).
-    pub fn route(&self, held: u64, budget: u64, step: u64) -> SaveRoute {
-        if held.saturating_add(self.background) <= budget {
-            return SaveRoute::Background;
-        }
-        if self.blocking > budget {
-            tracing::warn!(
-                step,
-                budget,
-                needed = self.blocking,
-                "the snapshot memory budget is below what even a blocking save needs \
-                 (Burn materializes the optimizer record); saving blocking, with the least \
-                 memory possible"
-            );
-        }
-        SaveRoute::Blocking
+/// The peak extra memory of saving a model of `model` bytes with an optimizer record of
+/// `optim_bytes` (`None`: two moments per parameter, AdamW), by route.
+pub fn save_memory(model: u64, optim_bytes: Option<u64>) -> SaveMemory {
+    let optim = optim_bytes.unwrap_or(2 * model);
+    SaveMemory {
+        // While training runs on, every replaced tensor stays held (copy-on-write): the
+        // model until it is written, then the optimizer state and Burn's materialized
+        // record of it side by side, until the held state is dropped.
+        background: (model + optim).max(2 * optim),
+        // While the trainer waits nothing is replaced, but the model's tensors are copied
+        // out one at a time (they are shared with the live model) and the optimizer record
+        // is materialized; the allocator keeps much of the freed copies, so count both.
+        blocking: model + optim,
     }
 }
 
@@ -383,17 +341,7 @@ impl<M: Module + 'static> FrozenState<M> {
     /// Peak extra memory of saving this state, for an optimizer record of `optim_bytes` (the
     /// previous checkpoint's, or `None` before the first: two moments per parameter, AdamW).
     pub fn memory(&self, optim_bytes: Option<u64>) -> SaveMemory {
-        SaveMemory::new(self.model_bytes(), optim_bytes)
-    }
-
-    /// The route that keeps this save within `budget` bytes of extra memory, given `held`
-    /// bytes pinned by saves still in flight: [`SaveRoute::Background`] when its peak fits,
-    /// else [`SaveRoute::Blocking`]. Both write the same bytes. When even the blocking peak
-    /// (about one state, see [`Self::memory`]) exceeds the budget, no route fits: the save is
-    /// taken blocking, the least memory possible, and a warning says so.
-    pub fn route_within(&self, held: u64, optim_bytes: Option<u64>, budget: u64) -> SaveRoute {
-        self.memory(optim_bytes)
-            .route(held, budget, self.trainer.step)
+        save_memory(self.model_bytes(), optim_bytes)
     }
 
     /// Encodes every part on the calling thread (the blocking path; the same bytes as the

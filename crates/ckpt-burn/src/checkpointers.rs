@@ -147,6 +147,14 @@ impl Collector {
         }
     }
 
+    /// Waits until every submitted checkpoint is published; the first background failure.
+    pub fn wait_idle(&self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        match lock(&self.engine).as_mut() {
+            Some(e) => Ok(e.wait_idle()?),
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn add(&self, key: usize, record: Record) -> std::result::Result<(), CheckpointerError> {
         let complete = {
             let mut pending = lock(&self.pending);
@@ -354,5 +362,21 @@ impl CheckpointingStrategy for AlwaysSave {
         _store: &EventStoreClient,
     ) -> Vec<CheckpointingAction> {
         vec![CheckpointingAction::Save]
+    }
+}
+
+/// The collector as a [`ckpt_core::SaveTarget`], for a [`ckpt_core::CheckpointSession`] whose
+/// saves are handed over through Burn's `LearningCheckpointer`.
+impl ckpt_core::SaveTarget for &Collector {
+    type Error = crate::Error;
+    fn in_flight(&self) -> usize {
+        // Busy accepting a checkpoint counts as persisting.
+        Collector::in_flight(self).unwrap_or(1)
+    }
+    fn poll(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        Collector::poll(self)
+    }
+    fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        Collector::wait_idle(self)
     }
 }

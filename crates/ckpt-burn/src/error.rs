@@ -78,3 +78,18 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+impl ckpt_core::SaveFailure for Error {
+    fn failed_step(&self) -> Option<u64> {
+        match self {
+            Error::Core(e) => e.failed_step(),
+            _ => None,
+        }
+    }
+    fn is_save_failure(&self) -> bool {
+        matches!(self, Error::Core(e) if e.is_save_failure())
+    }
+    fn after_publication(&self) -> bool {
+        matches!(self, Error::Core(e) if e.after_publication())
+    }
+}

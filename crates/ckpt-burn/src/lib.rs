@@ -11,9 +11,6 @@
 //!   publishes the three records of an epoch as one atomic checkpoint directory.
 //! - [`strategy`]: a `TrainingStrategy::Custom` single-device loop that checkpoints through
 //!   those checkpointers at optimizer-step boundaries and resumes mid-epoch.
-//! - [`demo`]: the example trainer (MLP with dropout, AdamW, cosine LR) the `train` example and
-//!   the end-to-end tests run.
-//! - [`perf`]: the measurement kernels shared by the benchmarks and the performance report.
 //!
 //! Files written (see DESIGN.md): `model.bpk` (byte-identical to
 //! `model.into_record().save(..)`), `optim.bpk`, `scheduler.bpk`, `trainer.bin`.
@@ -21,23 +18,21 @@
 mod capture;
 pub mod checkpointers;
 mod data;
-pub mod demo;
 mod error;
 pub mod pack;
-pub mod perf;
 mod restore;
 mod state;
 pub mod strategy;
 
 pub use capture::{
-    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, SaveMemory, SaveRoute,
-    assign_param_ids, canonicalize_optimizer_bytes, encode_model, encode_optimizer,
-    encode_scheduler, step_seed,
+    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids,
+    canonicalize_optimizer_bytes, encode_model, encode_optimizer, encode_scheduler, save_memory,
+    step_seed,
 };
 pub use data::{ResumableDataLoader, epoch_permutation, mix_seed};
 pub use error::{Error, Result};
 pub use restore::{
     Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,
-    restore, restore_latest,
+    read_verified_parts, restore, restore_latest,
 };
 pub use state::{DataCursor, TRAINER_FILE, TRAINER_STATE_VERSION, TrainerState};

@@ -148,6 +148,15 @@ pub(crate) struct PartsRead {
     scheduler: Bytes,
 }
 
+/// Reads and verifies every part of checkpoint `dir` exactly as [`restore`] does (each part
+/// read once, its size and checksum checked while it is read), without decoding anything:
+/// whether a checkpoint is restorable, and how fast its files can be read. Returns the bytes
+/// read.
+pub fn read_verified_parts(dir: &Path) -> Result<u64> {
+    let p = read_parts(dir, true)?;
+    Ok((p.trainer.len() + p.model.len() + p.optim.len() + p.scheduler.len()) as u64)
+}
+
 /// Reads and verifies (size, checksum) every part of checkpoint `dir` that a restore loads;
 /// with `all_listed`, also verifies any other file its manifest lists, so that a success means
 /// the checkpoint fully verifies. Only verification and I/O errors come from here, never a
@@ -277,85 +286,4 @@ pub fn restore_latest<M: Module>(
         }
     }
     Ok(None)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::perf::{StateSize, TrainState};
-    use ckpt_core::{Engine, EngineConfig, Retention, checkpoint_dir_name};
-
-    const SMALL: StateSize = StateSize {
-        label: "test",
-        hidden: 8,
-        layers: 2,
-    };
-
-    fn fresh(st: &TrainState) -> (crate::demo::Mlp, ModuleOptimizer, ModuleLrScheduler) {
-        let model = crate::demo::Mlp::new(SMALL.hidden, SMALL.layers, 0.1, &st.device);
-        let sched = crate::demo::scheduler(1e-3).expect("scheduler");
-        (model, crate::demo::optimizer(), sched)
-    }
-
-    #[test]
-    fn restore_latest_falls_back_past_a_corrupt_newest_checkpoint() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path().join("root");
-        let mut st = TrainState::new(SMALL).expect("state");
-        let (mut engine, _) =
-            Engine::open(EngineConfig::new(&root).retention(Retention::keep_all()))
-                .expect("engine");
-        st.save_sync(&mut engine).expect("save 1");
-        st.train_step();
-        st.save_sync(&mut engine).expect("save 2");
-        engine.finish().expect("finish");
-
-        let (model, optim, sched) = fresh(&st);
-        let r = restore_latest(&root, model, optim, sched)
-            .expect("restore")
-            .expect("a checkpoint");
-        assert_eq!(r.trainer.step, 2);
-
-        // One flipped byte in the newest optimizer state: the older checkpoint is restored.
-        let newest = root.join(checkpoint_dir_name(2));
-        let optim_path = newest.join(OPTIM_FILE);
-        let mut bytes = std::fs::read(&optim_path).expect("read");
-        let mid = bytes.len() / 2;
-        bytes[mid] ^= 0x01;
-        std::fs::write(&optim_path, bytes).expect("write");
-        assert_eq!(
-            latest_valid(&root).expect("latest"),
-            Some(root.join(checkpoint_dir_name(1)))
-        );
-        let (model, optim, sched) = fresh(&st);
-        let r = restore_latest(&root, model, optim, sched)
-            .expect("restore")
-            .expect("a checkpoint");
-        assert_eq!(r.trainer.step, 1);
-        assert_eq!(r.dir, root.join(checkpoint_dir_name(1)));
-
-        // Restoring the corrupt one directly names the file.
-        let (model, optim, sched) = fresh(&st);
-        let e = restore(&newest, model, optim, sched).expect_err("corrupt");
-        assert!(
-            e.to_string().contains(&optim_path.display().to_string()),
-            "{e}"
-        );
-
-        // A model of another shape is an error, not a reason to fall back.
-        let other = crate::demo::Mlp::new(SMALL.hidden * 2, SMALL.layers, 0.1, &st.device);
-        let (_, optim, sched) = fresh(&st);
-        let e = restore_latest(&root, other, optim, sched).expect_err("mismatch");
-        assert!(matches!(e, Error::ModelMismatch { .. }), "{e}");
-
-        // Nothing valid left: None.
-        std::fs::remove_file(root.join(checkpoint_dir_name(1)).join(MODEL_FILE)).expect("rm");
-        let (model, optim, sched) = fresh(&st);
-        assert!(
-            restore_latest(&root, model, optim, sched)
-                .expect("restore")
-                .is_none()
-        );
-        assert_eq!(latest_valid(&root).expect("latest"), None);
-    }
 }

@@ -1,6 +1,6 @@
 //! Step-level checkpointing inside Burn's learner: a [`SupervisedLearningStrategy`]
 //! (`TrainingStrategy::Custom`) that runs the single-device loop of burn-train 0.22.1 and
-//! checkpoints at optimizer-step boundaries, as a [`FrequencyController`] decides.
+//! checkpoints at optimizer-step boundaries, as a [`CheckpointSession`] decides.
 //!
 //! Burn's `Learner` keeps its optimizer and scheduler private; the only public code that reads
 //! them is `LearningCheckpointer::checkpoint(&learner, key, &store)`. This strategy calls it
@@ -59,7 +59,10 @@ use burn::train::{
     SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents, TrainingItem,
     TrainingStrategy, ValidLoader,
 };
-use ckpt_core::{FrequencyController, FrequencyPolicy, checkpoint_dir_name};
+use ckpt_core::{
+    CheckpointSession, FrequencyPolicy, SaveRoute, SessionConfig, SubmitOutcome, Submitted,
+    checkpoint_dir_name,
+};
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
 
@@ -83,7 +86,7 @@ pub struct ResumePoint {
 pub struct CkptTrainingStrategy {
     device: Device,
     collector: Arc<Collector>,
-    frequency: Mutex<FrequencyController>,
+    policy: FrequencyPolicy,
     save_at_epoch_end: bool,
     save_on_stop: bool,
     /// Computed by `train`, taken by `fit` (avoids verifying the checkpoint twice).
@@ -113,7 +116,7 @@ impl CkptTrainingStrategy {
         Self {
             device,
             collector: ckpt.collector().clone(),
-            frequency: Mutex::new(FrequencyController::new(policy)),
+            policy,
             save_at_epoch_end: true,
             save_on_stop: true,
             resume: Mutex::new(None),
@@ -142,17 +145,22 @@ impl CkptTrainingStrategy {
         let dir = self.collector.root().join(checkpoint_dir_name(step as u64));
         let manifest = ckpt_core::verify_checkpoint(&dir)?;
         let epoch = manifest.epoch.max(1) as usize;
-        let iteration = manifest
-            .meta
-            .get(META_EPOCH_ITERATION)
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0) as usize;
+        let bad = |key: &str, v: &serde_json::Value| {
+            crate::Error::Config(format!(
+                "cannot resume from {}: manifest entry {key} is {v}, not what this strategy \
+                 writes",
+                dir.display()
+            ))
+        };
         // Without the entries (an epoch-keyed checkpoint) the epoch was complete.
-        let complete = manifest
-            .meta
-            .get(META_EPOCH_COMPLETE)
-            .and_then(|v| v.as_bool())
-            .unwrap_or(true);
+        let iteration = match manifest.meta.get(META_EPOCH_ITERATION) {
+            None => 0,
+            Some(v) => v.as_u64().ok_or_else(|| bad(META_EPOCH_ITERATION, v))? as usize,
+        };
+        let complete = match manifest.meta.get(META_EPOCH_COMPLETE) {
+            None => true,
+            Some(v) => v.as_bool().ok_or_else(|| bad(META_EPOCH_COMPLETE, v))?,
+        };
         Ok(if complete {
             ResumePoint {
                 step: manifest.step,
@@ -174,63 +182,62 @@ struct Run<'a, M: LearnerModel> {
     event_store: Arc<EventStoreClient>,
     interrupter: Interrupter,
     collector: &'a Collector,
-    frequency: &'a Mutex<FrequencyController>,
-    started: Instant,
+    session: CheckpointSession,
     step: u64,
-    last_saved: Option<u64>,
 }
 
 impl<M: LearnerModel> Run<'_, M> {
-    fn freq(&self) -> std::sync::MutexGuard<'_, FrequencyController> {
-        self.frequency.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn persisting(&self) -> bool {
-        self.collector.in_flight().is_none_or(|n| n > 0)
-    }
-
-    /// Feeds published saves to the frequency controller; a background error fails training.
-    fn poll(&self) {
-        match self.collector.poll() {
-            Ok(events) => {
-                let mut f = self.freq();
-                for ev in events {
-                    f.observe_save(ev.stall, ev.persist);
-                }
-            }
-            Err(e) => self
-                .interrupter
-                .fail(CheckpointerError::Unknown(e.to_string())),
+    /// Records published saves; a background error fails training.
+    fn poll(&mut self) {
+        let mut target = self.collector;
+        if let Err(e) = self.session.poll(&mut target) {
+            self.interrupter
+                .fail(CheckpointerError::Unknown(e.to_string()));
         }
     }
 
+    /// Hands the learner's records of this step to Burn's checkpointer (our checkpointers
+    /// publish them), with the epoch and the position in it for resume.
     fn checkpoint(&mut self, learner: &Learner<M>, epoch: usize, iteration: usize, done: bool) {
-        if self.last_saved == Some(self.step) {
+        if !self.session.should_force(self.step) {
             return;
         }
         let Some(checkpointer) = self.checkpointer.as_mut() else {
             return;
         };
-        let key = self.step as usize;
-        let mut meta = BTreeMap::new();
-        meta.insert(META_EPOCH_ITERATION.to_string(), iteration.into());
-        meta.insert(META_EPOCH_COMPLETE.to_string(), done.into());
-        self.collector.annotate(key, epoch as u64, meta);
-        let t0 = Instant::now();
-        checkpointer.checkpoint(learner, key, &self.event_store);
-        tracing::debug!(step = self.step, handoff = ?t0.elapsed(), "checkpoint handed over");
-        self.last_saved = Some(self.step);
-        let now = self.started.elapsed();
-        self.freq().saved(self.step, now);
+        let (step, collector, store) = (self.step, self.collector, &self.event_store);
+        let mut target = collector;
+        let saved = self.session.save(&mut target, step, |c, _| {
+            let key = step as usize;
+            let mut meta = BTreeMap::new();
+            meta.insert(META_EPOCH_ITERATION.to_string(), iteration.into());
+            meta.insert(META_EPOCH_COMPLETE.to_string(), done.into());
+            c.annotate(key, epoch as u64, meta);
+            let t0 = Instant::now();
+            checkpointer.checkpoint(learner, key, store);
+            tracing::debug!(step, handoff = ?t0.elapsed(), "checkpoint handed over");
+            Ok::<_, crate::Error>(Submitted {
+                outcome: SubmitOutcome::Queued {
+                    step,
+                    blocked: Duration::ZERO,
+                },
+                route: SaveRoute::Background,
+            })
+        });
+        if let Err(e) = saved {
+            self.interrupter
+                .fail(CheckpointerError::Unknown(e.to_string()));
+        }
     }
 
-    /// After an optimizer step: checkpoint when the controller says so.
+    /// After an optimizer step: checkpoint when the session says so.
     fn after_step(&mut self, learner: &Learner<M>, epoch: usize, iteration: usize, took: Duration) {
-        let persisting = self.persisting();
-        self.freq().observe_step(took, persisting);
+        let in_flight = ckpt_core::SaveTarget::in_flight(&self.collector);
+        let b = self
+            .session
+            .boundary(self.step, took, in_flight, Ok::<_, crate::Error>);
         self.poll();
-        let now = self.started.elapsed();
-        if self.freq().should_save(self.step, now, persisting) {
+        if matches!(b, Ok(b) if b.save) {
             self.checkpoint(learner, epoch, iteration, false);
         }
     }
@@ -286,7 +293,16 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
         let cached = self.resume.lock().unwrap_or_else(|e| e.into_inner()).take();
         let resume = match (cached, components.checkpoint) {
             (Some(p), Some(step)) if p.step == step as u64 => Some(p),
-            (_, Some(step)) => self.resume_point(step).ok(),
+            (_, Some(step)) => match self.resume_point(step) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // Never a silent fresh start: later saves would replace existing steps.
+                    components
+                        .interrupter
+                        .fail(CheckpointerError::Unknown(e.to_string()));
+                    return (learner.model(), components.event_processor);
+                }
+            },
             (_, None) => None,
         };
         let TrainingComponents {
@@ -299,16 +315,20 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             grad_accumulation,
             ..
         } = components;
+        let mut session = SessionConfig::new(self.policy);
+        // Epoch ends and stops are saved whatever the frequency.
+        session.enabled = true;
         let mut run = Run {
             checkpointer,
             event_store,
             interrupter: interrupter.clone(),
             collector: &self.collector,
-            frequency: &self.frequency,
-            started: Instant::now(),
+            session: CheckpointSession::new(session),
             step: resume.map_or(0, |p| p.step),
-            last_saved: resume.map(|p| p.step),
         };
+        if let Some(p) = resume {
+            run.session.resumed_at(p.step);
+        }
 
         for epoch in starting_epoch..=num_epochs {
             interrupter.fail_on_error(event_processor.process_train(LearnerEvent::StartSplit {

@@ -30,8 +30,8 @@ use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
 use burn::tensor::Device;
 use ckpt_burn::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TRAINER_STATE_VERSION, TrainerState,
-    demo::{self, DemoConfig, Frequency, Mlp},
 };
+use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp};
 use ckpt_core::{Engine, EngineConfig, Snapshot};
 use proptest::prelude::*;
 

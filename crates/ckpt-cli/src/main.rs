@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// Inspect and maintain burn-ckpt checkpoint directories.
 #[derive(Parser)]
-#[command(name = "ckpt", version, about)]
+#[command(name = "ckpt", version, about, args_override_self = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -78,7 +78,22 @@ enum Format {
     Safetensors,
 }
 
+/// Sends the libraries' events (skipped checkpoints, repairs) to stderr: level `warn` by
+/// default, `RUST_LOG` overrides.
+fn install_log_subscriber() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
 fn main() {
+    install_log_subscriber();
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Ls { root, json } => ls(&root, json),

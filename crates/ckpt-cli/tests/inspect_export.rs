@@ -1,5 +1,5 @@
 //! `ckpt inspect` and `ckpt export` end to end on a real checkpoint written by the project's
-//! trainer (`ckpt_burn::demo::run`): JSON and table output, safetensors content against the
+//! trainer (`ckpt_demo::run`): JSON and table output, safetensors content against the
 //! burnpack source, interop with Python's `safetensors` package, and bad input.
 
 mod common;
@@ -12,7 +12,7 @@ use std::{
     sync::OnceLock,
 };
 
-use ckpt_burn::demo::{self, DemoConfig, Frequency};
+use ckpt_demo::{self as demo, DemoConfig, Frequency};
 
 const STEPS: u64 = 3;
 const SEED: u64 = 11;

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::{
     Error, RecoveryReport, Result, Retention, RootLock, Snapshot, StagingPool, StagingStats,
-    layout, publish::Publisher,
+    publish::Publisher, recovery,
 };
 
 /// What `submit` does when `max_in_flight` checkpoints are already being persisted.
@@ -250,7 +250,7 @@ impl Engine {
     /// Takes the writer lock on the root, runs start-up recovery and starts the persist thread.
     pub fn open(config: EngineConfig) -> Result<(Self, RecoveryReport)> {
         let lock = RootLock::acquire(&config.root)?;
-        let report = layout::recover(&config.root)?;
+        let report = recovery::recover(&config.root)?;
         let latest = report.latest.as_ref().map(|c| c.step);
         let publisher = Arc::new(Publisher::new(
             config.root.clone(),

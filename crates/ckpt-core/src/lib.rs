@@ -25,13 +25,19 @@ mod engine;
 mod error;
 pub mod failpoints;
 mod frequency;
-mod layout;
+mod latest;
+mod listing;
 mod lock;
 mod manifest;
+mod naming;
 pub mod priority;
 mod publish;
+mod recovery;
+mod retention;
+mod session;
 mod snapshot;
 mod staging;
+mod verify;
 mod writeback;
 
 pub use durable::{DurableFile, write_durable_file};
@@ -40,12 +46,18 @@ pub use engine::{
 };
 pub use error::{Error, Result, Stage};
 pub use frequency::{FrequencyController, FrequencyPolicy};
-pub use layout::{
-    CheckpointInfo, CheckpointStatus, LATEST_FILE, LOCK_FILE, RecoveryReport, Retention,
-    checkpoint_dir_name, garbage_collect, list_checkpoints, parse_step_dir, prune, read_latest,
-    read_manifest, read_part, recover, verify_checkpoint, verify_root,
-};
+pub use latest::read_latest;
+pub use listing::{CheckpointInfo, CheckpointStatus, list_checkpoints};
 pub use lock::RootLock;
 pub use manifest::{FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};
+pub use naming::{LATEST_FILE, LOCK_FILE, checkpoint_dir_name, parse_step_dir};
+pub use recovery::{RecoveryReport, garbage_collect, recover};
+pub use retention::{Retention, prune};
+pub use session::{
+    Boundary, CheckpointSession, FailedSave, MemoryGate, Proposal, SaveErrorPolicy, SaveFailure,
+    SaveMemory, SaveRecord, SaveRoute, SaveTarget, SessionConfig, SessionReport, StopOutcome,
+    StopReport, Submitted,
+};
 pub use snapshot::{Part, PartData, PartProducer, Snapshot};
 pub use staging::{StagingBuf, StagingError, StagingPool, StagingStats};
+pub use verify::{read_manifest, read_part, verify_checkpoint, verify_root};

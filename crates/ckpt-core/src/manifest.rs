@@ -9,7 +9,10 @@ use std::{collections::BTreeMap, path::Path};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result, checksum};
+use crate::{
+    Error, Result, checksum,
+    naming::{PartNameError, check_part_names},
+};
 
 /// File name of the manifest inside a checkpoint directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -126,26 +129,15 @@ impl Manifest {
             .map_err(|e| Error::corrupt(path, format!("manifest is malformed: {e}")))?;
         // Every listed file must be a plain name inside the checkpoint directory, listed once:
         // a (hostile or corrupt) entry like `../x` must not make readers touch other files.
-        let mut seen = std::collections::BTreeSet::new();
-        for f in &m.files {
-            let n = f.name.as_str();
-            let plain = !(n.is_empty()
-                || n == "."
-                || n == ".."
-                || n.contains(['/', '\\', '\0'])
-                || n == MANIFEST_FILE);
-            if !plain {
-                return Err(Error::corrupt(
-                    path,
-                    format!(
-                        "manifest lists {n:?}, which is not a plain file name in the checkpoint"
-                    ),
-                ));
+        check_part_names(m.files.iter().map(|f| f.name.as_str())).map_err(|e| match e {
+            PartNameError::NotPlain(n) => Error::corrupt(
+                path,
+                format!("manifest lists {n:?}, which is not a plain file name in the checkpoint"),
+            ),
+            PartNameError::Duplicate(n) => {
+                Error::corrupt(path, format!("manifest lists {n:?} twice"))
             }
-            if !seen.insert(n) {
-                return Err(Error::corrupt(path, format!("manifest lists {n:?} twice")));
-            }
-        }
+        })?;
         Ok(m)
     }
 }

@@ -15,7 +15,9 @@ use crate::{
     Error, FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest, PartData, Result, Retention,
     Snapshot, Stage, checksum,
     failpoints::io_failpoint,
-    layout::{self, TMP_PREFIX, checkpoint_dir_name, fsync_dir, nonce},
+    latest::{fsync_dir, read_latest, write_latest},
+    naming::{LATEST_FILE, TMP_PREFIX, checkpoint_dir_name, nonce},
+    retention::apply_retention,
 };
 
 const CHUNK: usize = 8 << 20;
@@ -298,18 +300,18 @@ impl Publisher {
             let _ = fs::remove_dir_all(tmp);
         }
         if latest.is_none_or(|l| step > l) {
-            if let Err(source) = layout::write_latest(root, &checkpoint_dir_name(step)) {
+            if let Err(source) = write_latest(root, &checkpoint_dir_name(step)) {
                 self.unpublish(target, Some(*latest));
                 return Err(Error::Persist {
                     step,
                     stage: Stage::UpdateLatest,
-                    path: root.join(layout::LATEST_FILE),
+                    path: root.join(LATEST_FILE),
                     source,
                 });
             }
             *latest = Some(step);
         }
-        layout::apply_retention(root, &self.retention, step)
+        apply_retention(root, &self.retention, step)
     }
 
     /// Best effort: removes a just-renamed directory and, if `latest` already names it, points
@@ -321,10 +323,10 @@ impl Publisher {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default();
-            if layout::read_latest(root).ok().flatten().as_deref() == Some(name) {
+            if read_latest(root).ok().flatten().as_deref() == Some(name) {
                 let _ = match prev {
-                    Some(p) => layout::write_latest(root, &checkpoint_dir_name(p)),
-                    None => fs::remove_file(root.join(layout::LATEST_FILE)),
+                    Some(p) => write_latest(root, &checkpoint_dir_name(p)),
+                    None => fs::remove_file(root.join(LATEST_FILE)),
                 };
             }
         }

@@ -6,7 +6,10 @@
 
 use std::{collections::BTreeMap, io::Write, sync::Arc, time::Duration};
 
-use crate::StagingBuf;
+use crate::{
+    StagingBuf,
+    naming::{PartNameError, check_part_names},
+};
 
 /// Writes a part's bytes on the persist thread, from data that can no longer change (for
 /// example held tensor handles whose updates allocate instead of writing in place).
@@ -189,32 +192,20 @@ impl Snapshot {
         self.parts.iter().filter_map(|p| p.data.known_len()).sum()
     }
 
-    /// Checks part names: non-empty, no path separators, unique, not reserved.
+    /// Checks part names: non-empty, no path separators, unique, not reserved (the rule every
+    /// manifest is read with, too).
     pub fn validate(&self) -> crate::Result<()> {
-        let mut seen = std::collections::BTreeSet::new();
-        for p in &self.parts {
-            let n = p.name.as_str();
-            let bad = n.is_empty()
-                || n == "."
-                || n == ".."
-                || n.contains('/')
-                || n.contains('\\')
-                || n.contains('\0')
-                || n.starts_with(".tmp")
-                || n == crate::MANIFEST_FILE;
-            if bad {
-                return Err(crate::Error::InvalidSnapshot {
-                    step: self.step,
-                    reason: format!("part name {n:?} is not a plain, non-reserved file name"),
-                });
+        check_part_names(self.parts.iter().map(|p| p.name.as_str())).map_err(|e| {
+            let reason = match e {
+                PartNameError::NotPlain(n) => {
+                    format!("part name {n:?} is not a plain, non-reserved file name")
+                }
+                PartNameError::Duplicate(n) => format!("part {n:?} appears twice"),
+            };
+            crate::Error::InvalidSnapshot {
+                step: self.step,
+                reason,
             }
-            if !seen.insert(n) {
-                return Err(crate::Error::InvalidSnapshot {
-                    step: self.step,
-                    reason: format!("part {n:?} appears twice"),
-                });
-            }
-        }
-        Ok(())
+        })
     }
 }

@@ -136,8 +136,11 @@ pub struct ShardOutcome {
 pub struct ShardedSaver<M> {
     tx: Option<Sender<ShardJob<M>>>,
     done: Receiver<Result<ShardOutcome>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Result<()>>>,
+    rank: usize,
+    root: PathBuf,
     in_flight: usize,
+    blocked: Duration,
     finished: Vec<ShardOutcome>,
 }
 
@@ -183,39 +186,46 @@ impl<M: Module + 'static> ShardedSaver<M> {
                 "exactly rank 0 of the checkpoint group owns the engine".into(),
             ));
         }
+        let rank = group.rank();
         let (tx, rx) = crossbeam_channel::bounded::<ShardJob<M>>(1);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let mut worker = Worker {
             group,
             format,
-            root,
+            root: root.clone(),
             engine,
         };
         let thread = std::thread::Builder::new()
-            .name(format!("ckpt-zero-rank-{}", worker.group.rank()))
-            .spawn(move || {
+            .name(format!("ckpt-zero-rank-{rank}"))
+            .spawn(move || -> Result<()> {
                 // Encoding shards yields to training, as the engine's persist thread does.
                 ckpt_core::priority::lower_current_thread(ckpt_core::EngineConfig::PERSIST_NICE);
                 for job in rx {
                     let r = worker.save(job);
-                    let failed = r.is_err();
-                    if done_tx.send(r).is_err() || failed {
+                    // After a failure every rank agreed on, the ranks are still in step and
+                    // the next save can be taken; after any other, the group is unusable.
+                    let go_on = !matches!(r, Err(Error::CheckpointGroupFailed { .. }));
+                    if done_tx.send(r).is_err() || !go_on {
                         break;
                     }
                 }
-                if let Some(e) = worker.engine.take() {
-                    let _ = e.finish();
+                match worker.engine.take() {
+                    Some(e) => e.finish().map(|_| ()).map_err(Error::from),
+                    None => Ok(()),
                 }
             })
             .map_err(|e| Error::Rank {
-                rank: 0,
+                rank,
                 reason: format!("cannot start the checkpoint thread: {e}"),
             })?;
         Ok(Self {
             tx: Some(tx),
             done,
             thread: Some(thread),
+            rank,
+            root,
             in_flight: 0,
+            blocked: Duration::ZERO,
             finished: Vec::new(),
         })
     }
@@ -228,12 +238,27 @@ impl<M: Module + 'static> ShardedSaver<M> {
     /// Hands a captured shard to the background thread. Blocks while the previous save is
     /// still being persisted (one in flight), and returns its error if it failed.
     pub fn submit(&mut self, job: ShardJob<M>) -> Result<()> {
+        let t0 = Instant::now();
+        let waited = self.wait_idle_inner();
+        self.blocked += t0.elapsed();
+        waited?;
+        let tx = self.tx.as_ref().ok_or_else(|| self.gone("submit"))?;
+        tx.send(job).map_err(|_| self.gone("submit"))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Waits until no save is in flight; the first failure is returned (the outcomes of the
+    /// others stay for [`Self::poll`]).
+    pub fn wait_idle(&mut self) -> Result<Vec<ShardOutcome>> {
+        self.wait_idle_inner()?;
+        Ok(std::mem::take(&mut self.finished))
+    }
+
+    fn wait_idle_inner(&mut self) -> Result<()> {
         while self.in_flight > 0 {
             self.wait_one()?;
         }
-        let tx = self.tx.as_ref().ok_or_else(|| gone("submit"))?;
-        tx.send(job).map_err(|_| gone("submit"))?;
-        self.in_flight += 1;
         Ok(())
     }
 
@@ -244,7 +269,20 @@ impl<M: Module + 'static> ShardedSaver<M> {
                 self.finished.push(r?);
                 Ok(())
             }
-            Err(_) => Err(gone("wait")),
+            Err(_) => Err(self.gone("wait")),
+        }
+    }
+
+    /// Total time [`Self::submit`] waited for the previous save.
+    pub fn blocked_total(&self) -> Duration {
+        self.blocked
+    }
+
+    /// The error for a checkpoint thread that is gone: its own failure if it returned one.
+    fn gone(&self, op: &str) -> Error {
+        Error::Rank {
+            rank: self.rank,
+            reason: format!("the checkpoint thread is gone ({op})"),
         }
     }
 
@@ -258,22 +296,68 @@ impl<M: Module + 'static> ShardedSaver<M> {
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) if self.in_flight == 0 => break,
-                Err(TryRecvError::Disconnected) => return Err(gone("poll")),
+                Err(TryRecvError::Disconnected) => return Err(self.gone("poll")),
             }
         }
         Ok(std::mem::take(&mut self.finished))
     }
 
     /// Waits for every save, stops the thread, and returns the outcomes not yet polled.
+    /// On rank 0 this also closes the engine, whose error (a failed retention, say) comes
+    /// back here.
     pub fn finish(mut self) -> Result<Vec<ShardOutcome>> {
-        while self.in_flight > 0 {
-            self.wait_one()?;
-        }
+        self.wait_idle_inner()?;
         self.tx = None;
         if let Some(t) = self.thread.take() {
-            t.join().map_err(|_| gone("finish"))?;
+            t.join().map_err(|_| self.gone("finish"))??;
         }
         Ok(std::mem::take(&mut self.finished))
+    }
+
+    /// A published outcome as the engine's event, for a [`ckpt_core::CheckpointSession`].
+    fn event(&self, o: ShardOutcome) -> ckpt_core::SaveEvent {
+        shard_event(&self.root, o)
+    }
+
+    /// [`Self::finish`], as the session's events.
+    pub fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        let root = self.root.clone();
+        let outcomes = self.finish()?;
+        Ok(outcomes.into_iter().map(|o| shard_event(&root, o)).collect())
+    }
+}
+
+/// A published sharded save as the engine's event.
+fn shard_event(root: &Path, o: ShardOutcome) -> ckpt_core::SaveEvent {
+    ckpt_core::SaveEvent {
+        step: o.step,
+        path: root.join(ckpt_core::checkpoint_dir_name(o.step)),
+        bytes: o.bytes,
+        stall: Duration::ZERO,
+        blocked: Duration::ZERO,
+        persist: o.persist,
+        to_durable: o.persist,
+        sync: false,
+        removed: Vec::new(),
+    }
+}
+
+/// A sharded saver reports to a [`ckpt_core::CheckpointSession`] like the engine does.
+impl<M: Module + 'static> ckpt_core::SaveTarget for ShardedSaver<M> {
+    type Error = Error;
+    fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+    fn poll(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        let outcomes = ShardedSaver::poll(self)?;
+        Ok(outcomes.into_iter().map(|o| self.event(o)).collect())
+    }
+    fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        let outcomes = ShardedSaver::wait_idle(self)?;
+        Ok(outcomes.into_iter().map(|o| self.event(o)).collect())
+    }
+    fn blocked_total(&self) -> Duration {
+        self.blocked
     }
 }
 
@@ -284,15 +368,12 @@ impl<M> Drop for ShardedSaver<M> {
     fn drop(&mut self) {
         self.tx = None;
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(rank = self.rank, error = %e, "closing the checkpoint engine failed"),
+                Err(_) => tracing::warn!(rank = self.rank, "the checkpoint thread panicked"),
+            }
         }
-    }
-}
-
-fn gone(op: &str) -> Error {
-    Error::Rank {
-        rank: 0,
-        reason: format!("the checkpoint thread is gone ({op})"),
     }
 }
 
@@ -300,9 +381,12 @@ impl Worker {
     /// Saves one step's shards; every error names the step.
     fn save<M: Module + 'static>(&mut self, job: ShardJob<M>) -> Result<ShardOutcome> {
         let step = job.trainer.step;
+        // `NotPublished` comes after every rank agreed on the outcome; any other error left
+        // the ranks out of step (a rank gone, a timeout, this thread failing before the
+        // collective calls of the save).
         self.save_inner(job).map_err(|e| match e {
             Error::NotPublished { .. } => e,
-            other => Error::NotPublished {
+            other => Error::CheckpointGroupFailed {
                 step,
                 reason: format!("rank {}: {other}", self.group.rank()),
             },

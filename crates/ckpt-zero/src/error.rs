@@ -40,6 +40,16 @@ pub enum Error {
         /// Which rank failed and how.
         reason: String,
     },
+    /// A sharded save failed before the ranks could agree on it (a rank died, a collective
+    /// timed out, the checkpoint thread failed): nothing was published for `step`, and the
+    /// checkpoint group is out of step, so no later checkpoint can be taken in this run.
+    #[error("checkpoint at step {step} was not published and checkpointing cannot go on: {reason}")]
+    CheckpointGroupFailed {
+        /// The step.
+        step: u64,
+        /// Which rank failed and how.
+        reason: String,
+    },
     /// Invalid settings.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -55,3 +65,27 @@ pub enum Error {
 
 /// Result alias.
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl ckpt_core::SaveFailure for Error {
+    fn failed_step(&self) -> Option<u64> {
+        match self {
+            Error::NotPublished { step, .. } | Error::CheckpointGroupFailed { step, .. } => {
+                Some(*step)
+            }
+            Error::Core(e) => e.failed_step(),
+            _ => None,
+        }
+    }
+    /// A sharded save that was not published (every rank agreed on it, so training can go
+    /// on); not a collective failure, after which the ranks are no longer in step.
+    fn is_save_failure(&self) -> bool {
+        match self {
+            Error::NotPublished { .. } => true,
+            Error::Core(e) => e.is_save_failure(),
+            _ => false,
+        }
+    }
+    fn after_publication(&self) -> bool {
+        matches!(self, Error::Core(e) if e.after_publication())
+    }
+}

@@ -9,13 +9,13 @@
 //!   it over a dedicated checkpoint group and rank 0 publishes, consolidated or per rank.
 //! - [`shards`]: merge and split optimizer records, so a checkpoint written by N ranks loads on M.
 //! - [`strategy`]: ZeRO-1 as a training strategy for Burn's `SupervisedTraining`.
-//! - [`run`]: the example trainer on N ranks (`--ranks`, `--dist mpi`).
+//! - [`ranks`]: how ranks agree at a step boundary (save, stop) and how rank threads join.
 
 pub mod checkpoint;
 pub mod collective;
 mod error;
 pub mod partition;
-pub mod run;
+pub mod ranks;
 pub mod shards;
 pub mod strategy;
 pub mod zero;
@@ -23,4 +23,5 @@ pub mod zero;
 pub use checkpoint::{OptimShard, ShardFormat, ShardJob, ShardOutcome, ShardedSaver};
 pub use error::{Error, Result};
 pub use partition::{ParamInfo, Partition, float_params};
+pub use ranks::{agree_on_boundary, join_ranks};
 pub use zero::Zero1;

@@ -30,11 +30,12 @@
 //!   `LearningCheckpointer::checkpoint`, which builds the records on the training thread. The
 //!   optimizer record is encoded right there (on CubeCL its bytes are read lazily, so it must be
 //!   read before the next step), then it moves over the dedicated checkpoint group in the
-//!   background like [`crate::run`]'s trainer. The stall is therefore a copy of the shard, not
+//!   background like the example trainer's ZeRO loop. The stall is therefore a copy of the shard, not
 //!   a handle clone.
 //! - Checkpoints every N optimizer steps, or as often as an overhead budget allows
 //!   ([`ZeroTrainingStrategy::overhead_budget`]: rank 0's controller decides at each step and
-//!   broadcasts the decision over the training group); no gradient accumulation; the backend RNG is not re-seeded (use `crate::run` for exact,
+//!   broadcasts the decision over the training group); no gradient accumulation; the backend
+//!   RNG is not re-seeded (the example trainer's ZeRO loop in `ckpt-demo` shows exact,
 //!   byte-identical resume).
 
 use std::{
@@ -57,12 +58,18 @@ use burn::train::{
 use ckpt_burn::checkpointers::AlwaysSave;
 use ckpt_burn::strategy::{train_from_epoch, valid_epoch};
 use ckpt_burn::{DataCursor, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state};
-use ckpt_core::{Engine, EngineConfig, FrequencyController, FrequencyPolicy};
+use ckpt_core::{
+    CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SaveRoute, SessionConfig,
+    SubmitOutcome, Submitted,
+};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::collective::{Collective, ThreadGroup};
 use crate::shards::{filter_optimizer, read_full_optimizer};
-use crate::{Error, OptimShard, Partition, Result, ShardFormat, ShardJob, ShardedSaver, Zero1};
+use crate::{
+    Error, OptimShard, Partition, Result, ShardFormat, ShardJob, ShardedSaver, Zero1,
+    agree_on_boundary, join_ranks,
+};
 
 /// ZeRO-1 on `ranks` threads inside `SupervisedTraining`, with sharded step checkpoints.
 pub struct ZeroTrainingStrategy {
@@ -77,6 +84,7 @@ pub struct ZeroTrainingStrategy {
     engine: Mutex<Option<Engine>>,
     latest: Option<PathBuf>,
     resume: bool,
+    seed: Option<u64>,
 }
 
 impl std::fmt::Debug for ZeroTrainingStrategy {
@@ -122,7 +130,16 @@ impl ZeroTrainingStrategy {
             engine: Mutex::new(Some(engine)),
             latest: report.latest.map(|c| c.path),
             resume: false,
+            seed: None,
         })
+    }
+
+    /// The base seed of the run (the one your program gives Burn's data loader and
+    /// `device.seed`), recorded in every checkpoint's `trainer.bin`. Required when
+    /// checkpointing: a checkpoint must not claim a seed it was not trained with.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 
     /// Checkpoint as often as keeps the overhead under `fraction` of the training time
@@ -279,9 +296,8 @@ struct RankRun<M: LearnerModel> {
     saver: Option<ShardedSaver<M>>,
     records: Records<M>,
     store: Arc<EventStoreClient>,
-    frequency: FrequencyController,
-    stalls: std::collections::BTreeMap<u64, Duration>,
-    started: Instant,
+    session: CheckpointSession,
+    seed: u64,
     step: u64,
     rank: usize,
 }
@@ -366,39 +382,46 @@ impl<M: LearnerModel> RankRun<M> {
                     .fail_on_error(l.events.process_train(LearnerEvent::ProcessedItem(item)));
             }
             let step_time = t_step.elapsed();
+            let in_flight = self.saver.as_ref().map_or(0, |s| s.in_flight());
+            let stop = leader.as_ref().is_some_and(|l| l.interrupter.should_stop());
+            let zero = &mut self.zero;
+            // Every rank follows rank 0's save decision and any rank's stop, at this boundary.
+            let b = self
+                .session
+                .boundary(self.step, step_time, in_flight, |mut p| {
+                    p.stop |= stop;
+                    agree_on_boundary(zero.group(), p)
+                })?;
             if let Some(saver) = self.saver.as_mut() {
-                for o in saver.poll()? {
-                    let stall = self.stalls.remove(&o.step).unwrap_or_default();
-                    self.frequency.observe_save(stall, o.persist);
-                }
-                let persisting = saver.in_flight() > 0;
-                self.frequency.observe_step(step_time, persisting);
-                let due = crate::run::agree_to_save(
-                    &mut self.frequency,
-                    self.zero.group(),
-                    self.step,
-                    self.started.elapsed(),
-                    persisting,
-                )?;
-                if due {
-                    let t0 = Instant::now();
-                    let (optim, scheduler) =
-                        self.records
-                            .take(learner, self.step as usize, &self.store)?;
+                if b.save {
+                    let (step, rank, seed) = (self.step, self.rank, self.seed);
+                    let (records, store) = (&mut self.records, &self.store);
                     let cursor = DataCursor {
                         epoch: epoch as u64,
                         position: iteration as u64,
-                        shuffle_seed: 0,
+                        shuffle_seed: seed,
                     };
-                    saver.submit(ShardJob {
-                        model: (self.rank == 0).then(|| learner.model()),
-                        optim,
-                        scheduler,
-                        trainer: TrainerState::new(self.step, cursor, 0),
+                    self.session.save(saver, step, |saver, _| {
+                        let (optim, scheduler) = records.take(learner, step as usize, store)?;
+                        saver.submit(ShardJob {
+                            model: (rank == 0).then(|| learner.model()),
+                            optim,
+                            scheduler,
+                            trainer: TrainerState::new(step, cursor, seed),
+                        })?;
+                        Ok::<_, Error>(Submitted {
+                            outcome: SubmitOutcome::Queued {
+                                step,
+                                blocked: Duration::ZERO,
+                            },
+                            route: SaveRoute::Background,
+                        })
                     })?;
-                    self.stalls.insert(self.step, t0.elapsed());
-                    self.frequency.saved(self.step, self.started.elapsed());
                 }
+                self.session.poll(saver)?;
+            }
+            if b.stop {
+                return Ok(false);
             }
         }
     }
@@ -428,7 +451,19 @@ fn run_rank<M: LearnerModel>(
         let (step, epoch, done) = restore_rank(dir, &mut learner, zero.partition(), rank)?;
         (start_step, first_epoch, skip) = (step, epoch.max(1), done);
     }
-    let saver = if strategy.policy() != FrequencyPolicy::Never {
+    let session = CheckpointSession::new(SessionConfig::new(strategy.policy()));
+    let seed = match (session.enabled(), strategy.seed) {
+        (_, Some(s)) => s,
+        (false, None) => 0,
+        (true, None) => {
+            return Err(Error::Config(
+                "ZeroTrainingStrategy::seed is required when checkpointing: trainer.bin \
+                 records the seed the run was trained with"
+                    .into(),
+            ));
+        }
+    };
+    let saver = if session.enabled() {
         Some(ShardedSaver::start(
             ckpt_group,
             strategy.format,
@@ -443,12 +478,12 @@ fn run_rank<M: LearnerModel>(
         saver,
         records: Records::new(),
         store,
-        frequency: FrequencyController::new(strategy.policy()),
-        stalls: Default::default(),
-        started: Instant::now(),
+        session,
+        seed,
         step: start_step,
         rank,
     };
+    run.session.resumed_at(start_step);
     for epoch in first_epoch.max(*epochs.start())..=*epochs.end() {
         if let Some(l) = leader.as_mut() {
             l.interrupter
@@ -473,8 +508,9 @@ fn run_rank<M: LearnerModel>(
             break;
         }
     }
-    if let Some(saver) = run.saver {
-        saver.finish()?;
+    match run.saver {
+        Some(saver) => drop(run.session.finish(saver, ShardedSaver::close)?),
+        None => drop(run.session),
     }
     Ok(learner)
 }
@@ -598,7 +634,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
                 Some(leader),
                 validate,
             );
-            crate::run::join_ranks(r0, handles)
+            join_ranks(r0, handles)
         });
         match outcome {
             Ok(l) => (l.model(), event_processor),

@@ -148,6 +148,7 @@ fn train_with(
         .unwrap()
         .shard_format(format)
         .replicate_data(replicate)
+        .seed(3)
         .resume(resume);
     if let Some(b) = budget {
         zero = zero.overhead_budget(b).unwrap();

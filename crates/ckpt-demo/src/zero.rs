@@ -1,8 +1,9 @@
 //! The example trainer on N ranks with ZeRO-1: threads in this process ([`run_threads`]) or
 //! MPI processes ([`run_mpi`], feature `mpi`). It trains the same model on the same data as
-//! `ckpt_burn::demo::run` and checkpoints through [`ShardedSaver`] at the same steps; under an
-//! overhead budget, at the steps rank 0's [`FrequencyController`] picks, broadcast to every
-//! rank over the training group each step.
+//! [`crate::trainer::run`] and checkpoints through [`ShardedSaver`] with the same
+//! [`ckpt_core::CheckpointSession`] policies: at every step boundary the ranks agree over the
+//! training group ([`agree_on_boundary`]) on rank 0's save decision and on any rank's stop
+//! request, so all ranks save, and stop, at the same step.
 //!
 //! Burn's backend RNG is process-global, so with rank threads each rank seeds it and runs its
 //! forward and backward pass under one process-wide lock: every rank draws exactly the dropout
@@ -10,7 +11,6 @@
 //! ranks train exactly like one and write the same bytes.
 
 use std::{
-    collections::BTreeMap,
     path::PathBuf,
     sync::Mutex,
     time::{Duration, Instant},
@@ -19,17 +19,18 @@ use std::{
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::optim::GradientsParams;
 use burn::tensor::Bytes;
-use ckpt_burn::demo::{
-    self, DemoConfig, DemoReport, Frequency, SaveRecord, StepInfo, optimizer, scheduler,
-};
 use ckpt_burn::{
-    DataCursor, TrainerState, load_model, load_scheduler, load_trainer_state, mix_seed, step_seed,
+    DataCursor, TrainerState, load_model, load_scheduler, load_trainer_state, mix_seed,
+    save_memory, step_seed,
 };
-use ckpt_core::{Engine, FrequencyController, FrequencyPolicy};
+use ckpt_core::{Engine, SaveTarget, SubmitOutcome, Submitted};
+use ckpt_zero::collective::{Collective, ThreadGroup};
+use ckpt_zero::shards::{filter_optimizer, read_full_optimizer};
+use ckpt_zero::{ShardFormat, ShardJob, ShardedSaver, Zero1, agree_on_boundary, join_ranks};
 
-use crate::collective::{Collective, ThreadGroup};
-use crate::shards::{filter_optimizer, read_full_optimizer};
-use crate::{Error, Result, ShardFormat, ShardJob, ShardedSaver, Zero1};
+use crate::model::{optimizer, scheduler};
+use crate::trainer::{self as demo, DemoConfig, DemoReport, Frequency, StepInfo};
+use crate::{Error, Result};
 
 /// Serializes seeding + forward/backward across rank threads (the backend RNG is global).
 static RNG_LOCK: Mutex<()> = Mutex::new(());
@@ -66,17 +67,8 @@ impl ZeroConfig {
         if self.ranks == 0 {
             return Err(Error::Config("--ranks must be at least 1".into()));
         }
-        if self.demo.steps == 0 {
-            return Err(Error::Config("--steps must be at least 1".into()));
-        }
-        if let Frequency::OverheadBudget(f) = self.demo.frequency
-            && !(f > 0.0 && f < 1.0)
-        {
-            return Err(Error::Config(
-                "the overhead budget must be a fraction in (0, 1)".into(),
-            ));
-        }
-        if self.demo.save_mode != ckpt_burn::demo::SaveMode::Async {
+        self.demo.validate()?;
+        if self.demo.save_mode != crate::trainer::SaveMode::Async {
             return Err(Error::Config(
                 "ZeRO ranks checkpoint with --save-mode async only".into(),
             ));
@@ -101,46 +93,6 @@ fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
     Ok((Some(engine), latest))
 }
 
-/// Whether every rank checkpoints after `step`. A fixed interval needs no talk; under an
-/// overhead budget rank 0's controller decides and broadcasts the decision over `group`, so
-/// all ranks save at the same steps (every rank must call this at every step boundary).
-pub(crate) fn agree_to_save(
-    ctrl: &mut FrequencyController,
-    group: &mut dyn Collective,
-    step: u64,
-    now: Duration,
-    persisting: bool,
-) -> Result<bool> {
-    if !matches!(ctrl.policy(), FrequencyPolicy::OverheadBudget { .. }) {
-        return Ok(ctrl.should_save(step, now, persisting));
-    }
-    let mine = group.rank() == 0 && ctrl.should_save(step, now, persisting);
-    let mut decision = vec![u8::from(mine)];
-    group.broadcast(0, &mut decision)?;
-    Ok(decision.first() == Some(&1))
-}
-
-/// Joins the other rank threads after rank 0 finished with `r0`: rank 0's own error first,
-/// else the first other rank's (a panic included), else rank 0's result.
-pub(crate) fn join_ranks<T>(
-    r0: Result<T>,
-    handles: Vec<(usize, std::thread::ScopedJoinHandle<'_, Result<()>>)>,
-) -> Result<T> {
-    let mut first_err = None;
-    for (rank, h) in handles {
-        let reason = match h.join() {
-            Ok(Ok(())) => continue,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "panicked".into(),
-        };
-        first_err.get_or_insert(Error::Rank { rank, reason });
-    }
-    match (r0, first_err) {
-        (Ok(v), None) => Ok(v),
-        (Err(e), _) | (Ok(_), Some(e)) => Err(e),
-    }
-}
-
 /// Runs `cfg.ranks` ranks as threads of this process; returns rank 0's report.
 pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
     cfg.validate()?;
@@ -159,7 +111,7 @@ pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Res
                 .spawn_scoped(s, move || {
                     run_rank(cfg, Box::new(g), None, latest, &mut |_| {}).map(|_| ())
                 })
-                .map_err(|e| Error::Rank {
+                .map_err(|e| ckpt_zero::Error::Rank {
                     rank,
                     reason: e.to_string(),
                 })?;
@@ -170,14 +122,19 @@ pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Res
     })
 }
 
-/// Runs this MPI process as one rank of `mpirun -n N`; rank 0 returns its report, the other
-/// ranks `None`. `cfg.ranks` is ignored (the MPI world size rules).
+/// Runs this MPI process as one rank of `mpirun -n N` (`cfg.ranks` is ignored: the MPI world
+/// size rules; `progress` is called on rank 0 only). `conclude` gets the rank and its report
+/// (only rank 0's covers the whole checkpoint) and runs on every rank before the ranks meet a
+/// last time and finalize MPI, so whatever rank 0 prints there is out before any rank exits:
+/// `mpirun` ends the job as soon as one rank exits non-zero (75 after a stop, say).
 #[cfg(feature = "mpi")]
-pub fn run_mpi(
+pub fn run_mpi<T>(
     cfg: &ZeroConfig,
     progress: &mut dyn FnMut(&StepInfo),
-) -> Result<Option<DemoReport>> {
-    let mut world = crate::collective::mpi::MpiGroup::world(cfg.timeout)?;
+    conclude: impl FnOnce(usize, DemoReport) -> T,
+) -> Result<T> {
+    let mut world = ckpt_zero::collective::mpi::MpiGroup::world(cfg.timeout)?;
+    let mut last = ckpt_zero::collective::mpi::MpiGroup::world(cfg.timeout)?;
     let mut cfg = cfg.clone();
     cfg.ranks = world.size();
     cfg.validate()?;
@@ -199,14 +156,18 @@ pub fn run_mpi(
     let mut quiet = |_: &StepInfo| {};
     let progress: &mut dyn FnMut(&StepInfo) = if rank == 0 { progress } else { &mut quiet };
     let report = run_rank(&cfg, Box::new(world), engine, latest, progress)?;
+    let out = conclude(rank, report);
+    last.barrier()?;
+    drop(last);
     // Every group is dropped by now (the checkpoint thread is joined): finalize on this, the
     // initializing thread, or Open MPI's mpirun reports an abnormal termination.
-    crate::collective::mpi::finalize()?;
-    Ok((rank == 0).then_some(report))
+    ckpt_zero::collective::mpi::finalize()?;
+    Ok(out)
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
+/// Bytes of `params` (f32).
+fn param_bytes<'a>(params: impl Iterator<Item = &'a ckpt_zero::ParamInfo>) -> u64 {
+    params.map(|p| p.numel() as u64 * 4).sum()
 }
 
 /// One rank's training loop.
@@ -243,7 +204,7 @@ fn run_rank(
         ..Default::default()
     };
     let mut start = 0;
-    let partition = crate::Partition::of(&model, world);
+    let partition = ckpt_zero::Partition::of(&model, world);
     match (d.resume, &latest) {
         (true, Some(dir)) => {
             model = load_model(dir, model)?;
@@ -253,7 +214,7 @@ fn run_rank(
             })?;
             optim = optim
                 .from_bytes(Bytes::from_bytes_vec(mine))
-                .map_err(|e| Error::Shard {
+                .map_err(|e| ckpt_zero::Error::Shard {
                     file: dir.join(ckpt_burn::OPTIM_FILE),
                     reason: e.to_string(),
                 })?;
@@ -282,16 +243,21 @@ fn run_rank(
     }
     report.start_step = start;
 
-    let policy = match d.frequency {
-        Frequency::EverySteps(0) => FrequencyPolicy::Never,
-        Frequency::EverySteps(n) => FrequencyPolicy::EverySteps(n),
-        Frequency::OverheadBudget(f) => FrequencyPolicy::budget(f),
+    // What a save holds in memory on this rank: the model (rank 0 writes it) and the AdamW
+    // moments of the parameters this rank owns.
+    let model_bytes = if rank == 0 {
+        param_bytes(partition.params().iter())
+    } else {
+        0
     };
-    // Under a budget rank 0's controller decides and broadcasts each step's decision over the
-    // training group, so every rank saves at the same steps; a fixed interval needs no talk.
-    let mut ctrl = FrequencyController::new(policy);
+    let need = save_memory(
+        model_bytes,
+        Some(2 * param_bytes(partition.owned_by(rank))),
+    );
+    let mut session = d.session();
+    session.resumed_at(start);
     let mut zero = Zero1::new(&model, group);
-    let mut saver = if policy != FrequencyPolicy::Never {
+    let mut saver = if session.enabled() {
         Some(ShardedSaver::start(
             ckpt_group,
             cfg.shard_format,
@@ -301,9 +267,8 @@ fn run_rank(
     } else {
         None
     };
-    let mut stalls: BTreeMap<u64, Duration> = BTreeMap::new();
-    let mut outcomes = Vec::new();
     let mse = MseLoss::new();
+    let mut final_step = d.steps.max(start);
 
     for step in start + 1..=d.steps {
         let t_step = Instant::now();
@@ -320,17 +285,18 @@ fn run_rank(
         let lr = sched.step();
         model = zero.step(&mut optim, lr, model, grads)?;
         let step_time = t_step.elapsed();
-        report.step_ms.push(ms(step_time));
+        report.step_ms.push(demo::ms(step_time));
         report.final_loss = loss_value;
 
+        let in_flight = saver.as_ref().map_or(0, |s| s.in_flight());
+        // Every rank takes part, checkpointing or not: a stop requested on any rank stops all.
+        let b = session.boundary(step, step_time, in_flight, |p| {
+            agree_on_boundary(zero.group(), p)
+        })?;
         if let Some(saver) = saver.as_mut() {
-            let persisting = saver.in_flight() > 0;
-            ctrl.observe_step(step_time, persisting);
-            let due = agree_to_save(&mut ctrl, zero.group(), step, wall.elapsed(), persisting)?;
-            if due || step == d.steps {
-                let t0 = Instant::now();
+            if b.save {
                 let cursor = loader.cursor();
-                saver.submit(ShardJob {
+                let job = || ShardJob {
                     model: (rank == 0).then(|| model.clone()),
                     optim: optim.clone().into(),
                     scheduler: sched.to_record(),
@@ -342,42 +308,60 @@ fn run_rank(
                         },
                         d.seed,
                     ),
+                };
+                session.save(saver, step, |s, gate| {
+                    let route = gate.route(need, step);
+                    let t0 = Instant::now();
+                    s.submit(job())?;
+                    Ok::<_, ckpt_zero::Error>(Submitted {
+                        outcome: SubmitOutcome::Queued {
+                            step,
+                            blocked: t0.elapsed(),
+                        },
+                        route,
+                    })
                 })?;
-                stalls.insert(step, t0.elapsed());
-                ctrl.saved(step, wall.elapsed());
             }
-            for o in saver.poll()? {
-                let stall = stalls.get(&o.step).copied().unwrap_or_default();
-                ctrl.observe_save(stall, o.persist);
-                outcomes.push(o);
-            }
+            session.poll(saver)?;
         }
         progress(&StepInfo {
             step,
             steps: d.steps,
             epoch,
             loss: loss_value.unwrap_or(f32::NAN),
-            published: outcomes.len(),
-            in_flight: saver.as_ref().map(|s| s.in_flight()).unwrap_or(0),
+            published: session.published(),
+            in_flight: saver.as_ref().map_or(0, |s| s.in_flight()),
         });
         if d.abort_at_step == Some(step) {
             std::process::abort();
         }
+        if b.stop {
+            final_step = step;
+            break;
+        }
     }
-    if let Some(saver) = saver {
-        outcomes.extend(saver.finish()?);
-    }
-    for o in &outcomes {
-        report.saves.push(SaveRecord {
-            step: o.step,
-            stall_ms: ms(stalls.get(&o.step).copied().unwrap_or_default()),
-            persist_ms: Some(ms(o.persist)),
-            bytes: o.bytes,
-            blocked_ms: 0.0,
-        });
-    }
-    report.interval = ctrl.interval();
-    report.final_step = d.steps.max(start);
+    let sessioned = match saver {
+        Some(s) => session.finish(s, ShardedSaver::close)?,
+        None => session.finish(NoSaver, |_| Ok(Vec::new()))?,
+    };
+    report.absorb(sessioned);
+    report.final_step = final_step;
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The target of a run without checkpoints.
+struct NoSaver;
+
+impl SaveTarget for NoSaver {
+    type Error = ckpt_zero::Error;
+    fn in_flight(&self) -> usize {
+        0
+    }
+    fn poll(&mut self) -> ckpt_zero::Result<Vec<ckpt_core::SaveEvent>> {
+        Ok(Vec::new())
+    }
+    fn wait_idle(&mut self) -> ckpt_zero::Result<Vec<ckpt_core::SaveEvent>> {
+        Ok(Vec::new())
+    }
 }

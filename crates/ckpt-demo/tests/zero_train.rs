@@ -6,10 +6,10 @@ mod common;
 
 use std::path::Path;
 
-use ckpt_burn::demo::{self, Frequency};
+use ckpt_demo::{self as demo, Frequency};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
 use ckpt_zero::ShardFormat;
-use ckpt_zero::run::{ZeroConfig, run_threads};
+use ckpt_demo::zero::{ZeroConfig, run_threads};
 use ckpt_zero::shards::shard_file_name;
 use common::step_dir;
 

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ckpt_burn::demo::{DemoConfig, Frequency};
-use ckpt_zero::run::ZeroConfig;
+use ckpt_demo::{DemoConfig, Frequency};
+use ckpt_demo::zero::ZeroConfig;
 
 /// `ranks` ranks training a 2 x 32 MLP on 100 samples in batches of 8 to `steps`, saving every
 /// 4 steps, keeping everything; `timeout` for every collective call.

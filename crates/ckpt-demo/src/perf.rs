@@ -16,7 +16,7 @@
 //!   ([`proc_status_bytes`], [`reset_peak_rss`]; Linux only, `None`/`false` elsewhere).
 //!
 //! State sizes are model + AdamW (two moments) = 12 bytes per parameter of a
-//! [`Mlp`](crate::demo::Mlp); [`STATE_SIZES`] lists the ones the benches use.
+//! [`Mlp`](crate::model::Mlp); [`STATE_SIZES`] lists the ones the benches use.
 
 use std::{
     fs,
@@ -35,8 +35,11 @@ use burn::tensor::{Device, Distribution, Tensor};
 use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
 use ckpt_core::{Engine, PartData, SaveEvent, Snapshot};
 
-use crate::demo::{INPUT_DIM, Mlp, optimizer, scheduler};
-use crate::{DataCursor, Error, FrozenState, Result, SaveRoute, TrainerState, restore};
+use crate::model::{INPUT_DIM, Mlp, optimizer, scheduler};
+use ckpt_burn::{DataCursor, FrozenState, TrainerState, restore};
+use ckpt_core::SaveRoute;
+
+use crate::{Error, Result};
 
 /// A benchmark state size: an [`Mlp`] of `layers` hidden layers of width `hidden`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,17 +98,17 @@ pub const STATE_SIZES: [StateSize; 4] = [
 ];
 
 fn burn_err(root: &Path, e: burn::train::checkpoint::CheckpointerError) -> Error {
-    Error::Record {
+    Error::Burn(ckpt_burn::Error::Record {
         path: root.to_path_buf(),
         reason: e.to_string(),
-    }
+    })
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> Error {
-    Error::Io {
+    Error::Burn(ckpt_burn::Error::Io {
         path: path.to_path_buf(),
         source,
-    }
+    })
 }
 
 /// A model, AdamW optimizer and cosine LR scheduler on Flex (autodiff), as the example trainer
@@ -115,9 +118,9 @@ pub struct TrainState {
     pub device: Device,
     /// The model.
     pub model: Mlp,
-    /// AdamW ([`crate::demo::optimizer`]).
+    /// AdamW ([`crate::model::optimizer`]).
     pub optim: ModuleOptimizer,
-    /// Cosine schedule ([`crate::demo::scheduler`]).
+    /// Cosine schedule ([`crate::model::scheduler`]).
     pub sched: ModuleLrScheduler,
     /// Steps taken.
     pub step: u64,
@@ -194,12 +197,13 @@ impl TrainState {
 
     /// A save within a memory budget of `budget` bytes, as the trainer takes it under
     /// `--snapshot-budget-mb`: in the background when its peak fits
-    /// ([`FrozenState::route_within`]), else submitted and waited for. Returns the stall and
-    /// the route taken.
+    /// ([`ckpt_core::MemoryGate::route`]), else submitted and waited for. Returns the stall
+    /// and the route taken.
     pub fn save_within(&self, engine: &mut Engine, budget: u64) -> Result<(Duration, SaveRoute)> {
         let t0 = Instant::now();
         let frozen = FrozenState::capture(&self.model, &self.optim, &self.sched, self.trainer());
-        let route = frozen.route_within(0, None, budget);
+        let route = ckpt_core::MemoryGate::new(Some(budget))
+            .route(frozen.memory(None), self.trainer().step);
         engine.submit(frozen.into_snapshot())?;
         if route == SaveRoute::Blocking {
             engine.wait_idle()?;
@@ -399,7 +403,7 @@ pub fn read_floor(dir: &Path) -> Result<(Duration, u64)> {
 /// part of a restore that is not Burn's decoding and loading.
 pub fn verified_read_time(dir: &Path) -> Result<Duration> {
     let start = Instant::now();
-    std::hint::black_box(crate::restore::read_parts(dir, true)?);
+    std::hint::black_box(ckpt_burn::read_verified_parts(dir)?);
     Ok(start.elapsed())
 }
 

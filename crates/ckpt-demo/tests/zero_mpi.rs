@@ -11,7 +11,7 @@ use std::time::Duration;
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
 use ckpt_zero::ShardFormat;
 use ckpt_zero::collective::mpi_launch::mpirun_command;
-use ckpt_zero::run::{ZeroConfig, run_mpi, run_threads};
+use ckpt_demo::zero::{ZeroConfig, run_mpi, run_threads};
 
 const CHILD: &str = "CKPT_ZERO_MPI_CHILD";
 
@@ -31,7 +31,7 @@ fn mpi_child_entry() {
     };
     let (dir, format) = spec.split_once('|').unwrap();
     let c = cfg(Path::new(dir), 0, format.parse().unwrap());
-    match run_mpi(&c, &mut |_| {}) {
+    match run_mpi(&c, &mut |_| {}, |_, _| ()) {
         Ok(_) => {}
         Err(e) => {
             eprintln!("MPI-RANK-ERROR: {e}");

@@ -1,0 +1,121 @@
+//! Start-up recovery and garbage collection: removing what a crash left in flight, falling back
+//! past invalid checkpoints (moved aside, not deleted), and making `latest` name the newest
+//! valid one; [`garbage_collect`] also deletes what recovery moved aside.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+
+use crate::{
+    Error, Result,
+    latest::{fsync_dir, read_latest, remove_latest, write_latest},
+    listing::{CheckpointInfo, CheckpointStatus, step_dirs},
+    naming::{
+        LATEST_FILE, QUARANTINE_PREFIX, TMP_PREFIX, checkpoint_dir_name, nonce, parse_step_dir,
+    },
+    verify::verify_checkpoint,
+};
+
+/// What start-up recovery found and did.
+#[derive(Debug, Default, Serialize)]
+pub struct RecoveryReport {
+    /// Stale `.tmp-*` entries that were removed.
+    pub removed_tmp: Vec<PathBuf>,
+    /// Invalid `step-*` directories newer than the newest valid one, moved aside to
+    /// `.invalid-*` (with the reason), so their step can be written again.
+    pub quarantined: Vec<(PathBuf, String)>,
+    /// The newest valid checkpoint, if any.
+    pub latest: Option<CheckpointInfo>,
+    /// True when `latest` had to be repaired (it named something else or was missing).
+    pub repaired_latest: bool,
+}
+
+impl RecoveryReport {
+    /// True when recovery fell back past an invalid checkpoint.
+    pub fn fell_back(&self) -> bool {
+        !self.quarantined.is_empty()
+    }
+}
+
+/// Start-up recovery. Must run under the writer lock: removes stale `.tmp-*`, finds the newest
+/// checkpoint that fully verifies, moves newer invalid ones aside (warning for each), and makes
+/// `latest` name the newest valid checkpoint.
+pub fn recover(root: &Path) -> Result<RecoveryReport> {
+    let mut report = RecoveryReport::default();
+    fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    for ent in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
+        let ent = ent.map_err(|e| Error::io(root, e))?;
+        if ent.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+            let p = ent.path();
+            let r = if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            };
+            r.map_err(|e| Error::io(&p, e))?;
+            tracing::info!(path = %p.display(), "removed stale in-flight checkpoint data");
+            report.removed_tmp.push(p);
+        }
+    }
+    let dirs = step_dirs(root)?;
+    for (step, path) in dirs.into_iter().rev() {
+        match verify_checkpoint(&path) {
+            Ok(m) => {
+                report.latest = Some(CheckpointInfo {
+                    step,
+                    bytes: m.total_bytes(),
+                    manifest: Some(m),
+                    latest: true,
+                    path,
+                    status: CheckpointStatus::Verified,
+                });
+                break;
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                let aside = root.join(format!(
+                    "{QUARANTINE_PREFIX}{}-{}",
+                    checkpoint_dir_name(step),
+                    nonce()
+                ));
+                fs::rename(&path, &aside).map_err(|e| Error::io(&path, e))?;
+                tracing::warn!(checkpoint = %path.display(), %reason, moved_to = %aside.display(),
+                    "checkpoint is invalid; falling back to an older one");
+                report.quarantined.push((path, reason));
+            }
+        }
+    }
+    let current = read_latest(root).ok().flatten();
+    let want = report.latest.as_ref().map(|c| checkpoint_dir_name(c.step));
+    if current != want {
+        report.repaired_latest = true;
+        match &want {
+            Some(name) => {
+                write_latest(root, name).map_err(|e| Error::io(root.join(LATEST_FILE), e))?
+            }
+            None => remove_latest(root).map_err(|e| Error::io(root.join(LATEST_FILE), e))?,
+        }
+    }
+    fsync_dir(root).map_err(|e| Error::io(root, e))?;
+    Ok(report)
+}
+
+/// Removes stale `.tmp-*` and quarantined `.invalid-*` entries and invalid `step-*`
+/// directories (the caller holds the lock). Returns what was removed.
+pub fn garbage_collect(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut removed = recover(root)?.removed_tmp;
+    for ent in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
+        let ent = ent.map_err(|e| Error::io(root, e))?;
+        let name = ent.file_name().to_string_lossy().to_string();
+        let p = ent.path();
+        let invalid_step = parse_step_dir(&name).is_some() && verify_checkpoint(&p).is_err();
+        if name.starts_with(QUARANTINE_PREFIX) || invalid_step {
+            fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
+            removed.push(p);
+        }
+    }
+    Ok(removed)
+}

@@ -1,0 +1,836 @@
+//! One checkpointing session per training run: the per-step decision and every policy around
+//! it, so each training loop keeps only what is its own (how to capture its state, and on
+//! several ranks how they agree).
+//!
+//! A [`CheckpointSession`] owns:
+//! - the frequency ([`FrequencyController`]: fixed steps, seconds or an overhead budget);
+//! - memory-budget routing ([`MemoryGate`]: a save whose background peak would exceed the
+//!   budget is written while training waits);
+//! - backpressure accounting (skipped saves, time blocked for a slot, saves in flight);
+//! - the save-error policy ([`SaveErrorPolicy`]);
+//! - stop requests with a grace period, and the final save;
+//! - the report's save records ([`SessionReport`]).
+//!
+//! The loop calls [`CheckpointSession::boundary`] after every optimizer step, then
+//! [`CheckpointSession::save`] when it says so, [`CheckpointSession::poll`] every step, and
+//! [`CheckpointSession::finish`] at the end. Where the state goes is a [`SaveTarget`]: the
+//! [`Engine`](crate::Engine) on one rank, a sharded saver on several.
+//!
+//! ```no_run
+//! use ckpt_core::{CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig,
+//!                 SaveRoute, Snapshot, Submitted};
+//! # fn main() -> Result<(), ckpt_core::Error> {
+//! let (mut engine, _) = Engine::open(EngineConfig::new("runs/demo"))?;
+//! let mut session = CheckpointSession::new(
+//!     SessionConfig::new(FrequencyPolicy::EverySteps(10)).end_step(100),
+//! );
+//! for step in 1..=100 {
+//!     let t = std::time::Instant::now();
+//!     // ... one optimizer step ...
+//!     let b = session.boundary(step, t.elapsed(), engine.in_flight(), |p| {
+//!         Ok::<_, ckpt_core::Error>(p)
+//!     })?;
+//!     if b.save {
+//!         session.save(&mut engine, step, |e, _gate| {
+//!             let outcome = e.submit(Snapshot::new(step).with_bytes("state.bin", vec![0; 64]))?;
+//!             Ok::<_, ckpt_core::Error>(Submitted { outcome, route: SaveRoute::Background })
+//!         })?;
+//!     }
+//!     session.poll(&mut engine)?;
+//!     if b.stop { break; }
+//! }
+//! let report = session.finish(engine, |e| Ok(e.finish()?.events))?;
+//! println!("{} checkpoints", report.saves.len());
+//! # Ok(()) }
+//! ```
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use crate::{Engine, Error, FrequencyController, FrequencyPolicy, SaveEvent, SubmitOutcome};
+
+/// What the session does when a checkpoint fails to persist (disk full, I/O error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveErrorPolicy {
+    /// Stop training and return the error (it names the step and the file).
+    #[default]
+    Stop,
+    /// Count the failed save in [`SessionReport::failed_saves`], warn, and keep training;
+    /// later saves are attempted as usual. A failure of the run's final checkpoint still
+    /// stops the run with the error, since nothing would be left to resume the last steps from.
+    Continue,
+}
+
+/// How an error that reached the session relates to checkpoints, so the
+/// [`SaveErrorPolicy`] can tell a failed save from a failed run.
+pub trait SaveFailure: std::error::Error {
+    /// The step of the checkpoint the error is about, if any.
+    fn failed_step(&self) -> Option<u64>;
+    /// Whether this is one checkpoint failing (training itself can go on).
+    fn is_save_failure(&self) -> bool;
+    /// Whether the checkpoint was published and only the work after it failed (retention).
+    fn after_publication(&self) -> bool {
+        false
+    }
+}
+
+impl SaveFailure for Error {
+    fn failed_step(&self) -> Option<u64> {
+        self.step()
+    }
+    fn is_save_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Persist { .. } | Error::Producer { .. } | Error::Retention { .. }
+        )
+    }
+    fn after_publication(&self) -> bool {
+        matches!(self, Error::Retention { .. })
+    }
+}
+
+/// Where a session's checkpoints go: something that persists submitted saves in the
+/// background and reports them once durable. Submitting is the capture closure's business
+/// (see [`CheckpointSession::save`]), so the target only reports.
+pub trait SaveTarget {
+    /// The errors it returns.
+    type Error: SaveFailure;
+    /// Checkpoints submitted and not yet reported.
+    fn in_flight(&self) -> usize;
+    /// Checkpoints published since the last call (non-blocking); a background failure once.
+    fn poll(&mut self) -> Result<Vec<SaveEvent>, Self::Error>;
+    /// Waits until nothing is in flight; the published checkpoints, or the first failure.
+    fn wait_idle(&mut self) -> Result<Vec<SaveEvent>, Self::Error>;
+    /// Total time submits waited for a free persist slot.
+    fn blocked_total(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl SaveTarget for Engine {
+    type Error = Error;
+    fn in_flight(&self) -> usize {
+        Engine::in_flight(self)
+    }
+    fn poll(&mut self) -> Result<Vec<SaveEvent>, Error> {
+        Engine::poll(self)
+    }
+    fn wait_idle(&mut self) -> Result<Vec<SaveEvent>, Error> {
+        Engine::wait_idle(self)
+    }
+    fn blocked_total(&self) -> Duration {
+        self.metrics().blocked_total
+    }
+}
+
+/// Whether a save runs in the background or while training waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveRoute {
+    /// Submitted, and training continues while it persists.
+    Background,
+    /// Submitted, then waited for before training continues (the same bytes).
+    Blocking,
+}
+
+/// Peak extra memory of one save, in bytes, by route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaveMemory {
+    /// Written while training continues (held state until persisted).
+    pub background: u64,
+    /// Written while the trainer waits.
+    pub blocking: u64,
+}
+
+/// Routes saves by a memory budget: a save goes to the background when its peak, plus what
+/// the saves still in flight hold, fits; otherwise it is written while training waits, and
+/// the first such fallback is a warning.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryGate {
+    budget: Option<u64>,
+    in_flight: usize,
+    held_per_save: u64,
+    previous_bytes: Option<u64>,
+    fallbacks: u64,
+}
+
+impl MemoryGate {
+    /// A gate for a budget of `budget` bytes (`None`: no limit), nothing in flight.
+    pub fn new(budget: Option<u64>) -> Self {
+        Self {
+            budget,
+            ..Default::default()
+        }
+    }
+
+    /// The budget in bytes (`None`: no limit).
+    pub fn budget(&self) -> Option<u64> {
+        self.budget
+    }
+
+    /// Bytes written by the newest published checkpoint (to size the next one's parts).
+    pub fn previous_bytes(&self) -> Option<u64> {
+        self.previous_bytes
+    }
+
+    /// The route that keeps the save of `step`, needing `need`, within the budget.
+    pub fn route(&mut self, need: SaveMemory, step: u64) -> SaveRoute {
+        let Some(budget) = self.budget else {
+            return SaveRoute::Background;
+        };
+        let held = self.in_flight as u64 * self.held_per_save;
+        if held.saturating_add(need.background) <= budget {
+            self.held_per_save = need.background;
+            return SaveRoute::Background;
+        }
+        self.fallbacks += 1;
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        // Said once; the report lists every such save, and the session sums them up.
+        if self.fallbacks == 1 {
+            if need.blocking > budget {
+                tracing::warn!(
+                    step,
+                    "the snapshot memory budget ({:.0} MiB) is below what even a blocking save \
+                     needs ({:.0} MiB); saving while training waits, with the least memory \
+                     possible",
+                    mib(budget),
+                    mib(need.blocking)
+                );
+            } else {
+                tracing::warn!(
+                    step,
+                    "a background save would hold {:.0} MiB (plus {:.0} MiB held by saves in \
+                     flight), over the snapshot memory budget of {:.0} MiB: saving while \
+                     training waits (same bytes)",
+                    mib(need.background),
+                    mib(held),
+                    mib(budget)
+                );
+            }
+        }
+        SaveRoute::Blocking
+    }
+}
+
+/// What a capture closure did with the state (see [`CheckpointSession::save`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// What the target did with the submitted checkpoint.
+    pub outcome: SubmitOutcome,
+    /// The route it was submitted on; [`SaveRoute::Blocking`] makes the session wait for it.
+    pub route: SaveRoute,
+}
+
+/// One rank's view of a step boundary, before the ranks agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proposal {
+    /// The frequency policy wants a checkpoint here.
+    pub save: bool,
+    /// A stop was requested (a signal, an interrupter).
+    pub stop: bool,
+}
+
+/// What the loop does at a step boundary, as agreed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boundary {
+    /// Checkpoint this step (call [`CheckpointSession::save`]).
+    pub save: bool,
+    /// Stop after this step: its checkpoint is the run's final one.
+    pub stop: bool,
+}
+
+/// Settings of a [`CheckpointSession`].
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// When to checkpoint.
+    pub policy: FrequencyPolicy,
+    /// What a failed save does.
+    pub on_save_error: SaveErrorPolicy,
+    /// Cooperative stop request (set by a signal handler), checked at every boundary.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Longest wait for the final checkpoint after a stop (`None`: as long as it takes).
+    pub grace_period: Option<Duration>,
+    /// Extra memory a save may take (`None`: no limit).
+    pub memory_budget: Option<u64>,
+    /// The step the run ends at, always checkpointed (`None`: unknown, e.g. epoch-driven).
+    pub end_step: Option<u64>,
+    /// Checkpoint every step the frequency picks, and the final one; `false` turns
+    /// checkpointing off (also the final save).
+    pub enabled: bool,
+}
+
+impl SessionConfig {
+    /// A session saving per `policy` ([`FrequencyPolicy::Never`] turns checkpointing off),
+    /// stopping on error, no stop flag, no budget, no known end.
+    pub fn new(policy: FrequencyPolicy) -> Self {
+        Self {
+            enabled: policy != FrequencyPolicy::Never,
+            policy,
+            on_save_error: SaveErrorPolicy::Stop,
+            stop: None,
+            grace_period: None,
+            memory_budget: None,
+            end_step: None,
+        }
+    }
+
+    /// The step the run ends at (always checkpointed).
+    pub fn end_step(mut self, step: u64) -> Self {
+        self.end_step = Some(step);
+        self
+    }
+
+    /// What a failed save does.
+    pub fn on_save_error(mut self, p: SaveErrorPolicy) -> Self {
+        self.on_save_error = p;
+        self
+    }
+
+    /// A stop flag checked at every step boundary, and the grace period for the final save.
+    pub fn stop_on(mut self, flag: Arc<AtomicBool>, grace: Option<Duration>) -> Self {
+        self.stop = Some(flag);
+        self.grace_period = grace;
+        self
+    }
+
+    /// Extra memory (bytes) a save may take (`None`: no limit).
+    pub fn memory_budget(mut self, bytes: Option<u64>) -> Self {
+        self.memory_budget = bytes;
+        self
+    }
+}
+
+/// One checkpoint in the report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SaveRecord {
+    /// Step.
+    pub step: u64,
+    /// Time the training thread was blocked by this save.
+    pub stall_ms: f64,
+    /// Time writing and publishing took (`null` where the target reports none).
+    pub persist_ms: Option<f64>,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Part of `stall_ms` spent waiting for a free persist slot (backpressure `block`).
+    pub blocked_ms: f64,
+}
+
+/// A checkpoint that failed to persist (kept going under [`SaveErrorPolicy::Continue`]).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailedSave {
+    /// Step of the failed checkpoint.
+    pub step: Option<u64>,
+    /// The error, naming the step, the protocol stage and the file.
+    pub error: String,
+}
+
+/// How a stopped run ended.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopOutcome {
+    /// The checkpoint of the stop step (and every earlier one) is durable and published.
+    Saved,
+    /// The grace period ran out before the final checkpoint was durable; the checkpoints
+    /// published before it are intact.
+    GraceExpired,
+    /// Checkpointing is off: nothing was saved.
+    NotSaved,
+}
+
+/// Why and where a run stopped before its last step (a stop request, e.g. SIGTERM).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StopReport {
+    /// Step boundary the run stopped at (its checkpoint is the final one).
+    pub step: u64,
+    /// Whether the final checkpoint was made durable in time.
+    pub outcome: StopOutcome,
+    /// Time spent waiting for in-flight checkpoints after the stop.
+    pub wait_ms: f64,
+}
+
+/// What a session did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionReport {
+    /// Published checkpoints, by step.
+    pub saves: Vec<SaveRecord>,
+    /// Checkpoints dropped because the pipeline was full (backpressure `skip`).
+    pub skipped: u64,
+    /// Steps saved while training waited because a background save would have exceeded the
+    /// memory budget.
+    pub blocking_saves: Vec<u64>,
+    /// Checkpoints that failed (only under [`SaveErrorPolicy::Continue`]).
+    pub failed_saves: Vec<FailedSave>,
+    /// Total time saves waited for a free persist slot.
+    pub blocked_ms: f64,
+    /// Most checkpoints seen persisting at once.
+    pub max_in_flight_seen: usize,
+    /// Save interval in steps in force at the end.
+    pub interval: Option<u64>,
+    /// Set when a stop request ended the run early.
+    pub stopped: Option<StopReport>,
+}
+
+/// The per-step checkpoint decision and its policies for one training run. See the module
+/// docs.
+#[derive(Debug)]
+pub struct CheckpointSession {
+    cfg: SessionConfig,
+    ctrl: FrequencyController,
+    gate: MemoryGate,
+    started: Instant,
+    stalls: BTreeMap<u64, Duration>,
+    events: Vec<SaveEvent>,
+    report: SessionReport,
+    final_step: Option<u64>,
+    stopped_at: Option<(u64, Instant)>,
+    last_saved: Option<u64>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl CheckpointSession {
+    /// A session with `cfg`; its clock (for time-based policies) starts now.
+    pub fn new(cfg: SessionConfig) -> Self {
+        Self {
+            ctrl: FrequencyController::new(cfg.policy),
+            gate: MemoryGate {
+                budget: cfg.memory_budget,
+                ..Default::default()
+            },
+            started: Instant::now(),
+            stalls: BTreeMap::new(),
+            events: Vec::new(),
+            report: SessionReport::default(),
+            final_step: cfg.end_step,
+            stopped_at: None,
+            last_saved: None,
+            cfg,
+        }
+    }
+
+    /// Whether checkpointing is on.
+    pub fn enabled(&self) -> bool {
+        self.cfg.enabled
+    }
+
+    /// The frequency controller (for policies and estimates).
+    pub fn frequency(&self) -> &FrequencyController {
+        &self.ctrl
+    }
+
+    /// Checkpoints published so far.
+    pub fn published(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether the stop flag is set.
+    pub fn stop_requested(&self) -> bool {
+        self.cfg.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst))
+    }
+
+    /// Marks `step` as already saved (a resumed run starts from a checkpoint of it), so a
+    /// save forced at the same step, e.g. at the end of its epoch, is not taken twice.
+    pub fn resumed_at(&mut self, step: u64) {
+        self.last_saved = Some(step);
+    }
+
+    /// The step boundary after `step` (its optimizer update took `step_time`; `in_flight`
+    /// saves are persisting). `agree` turns this rank's [`Proposal`] into the one every rank
+    /// follows (on one rank: `|p| Ok(p)`; on several, for example, rank 0's `save` and any
+    /// rank's `stop`, over the training collective). A stop requested before the run's last
+    /// step makes this step's checkpoint the final one.
+    pub fn boundary<E>(
+        &mut self,
+        step: u64,
+        step_time: Duration,
+        in_flight: usize,
+        agree: impl FnOnce(Proposal) -> Result<Proposal, E>,
+    ) -> Result<Boundary, E> {
+        let persisting = in_flight > 0;
+        self.report.max_in_flight_seen = self.report.max_in_flight_seen.max(in_flight);
+        self.ctrl.observe_step(step_time, persisting);
+        let before_end = self.cfg.end_step.is_none_or(|end| step < end);
+        let local = Proposal {
+            save: self.cfg.enabled
+                && self
+                    .ctrl
+                    .should_save(step, self.started.elapsed(), persisting),
+            stop: before_end && self.stop_requested(),
+        };
+        let agreed = agree(local)?;
+        if agreed.stop {
+            self.final_step = Some(step);
+            self.stopped_at = Some((step, Instant::now()));
+        }
+        let is_final = self.final_step == Some(step);
+        let save = self.cfg.enabled
+            && (agreed.save || is_final)
+            && self.last_saved != Some(step);
+        Ok(Boundary {
+            save,
+            stop: agreed.stop,
+        })
+    }
+
+    /// Forces a checkpoint of `step` at the next [`Self::save`] even where the frequency would
+    /// not take one (end of an epoch, a stop the loop noticed itself): whether to call it.
+    pub fn should_force(&self, step: u64) -> bool {
+        self.cfg.enabled && self.last_saved != Some(step)
+    }
+
+    /// Checkpoints `step`. `capture` takes the loop's state and submits it to `target`; it
+    /// gets the [`MemoryGate`] to route by the budget and says which route it took. The
+    /// session handles the rest: earlier failures first (through the error policy), a skipped
+    /// final save retried after the pipeline drains, a blocking route waited for, the stall
+    /// timed and the frequency told. `capture` may be called again after an earlier save's
+    /// failure surfaced at submit.
+    pub fn save<T, E>(
+        &mut self,
+        target: &mut T,
+        step: u64,
+        mut capture: impl FnMut(&mut T, &mut MemoryGate) -> Result<Submitted, E>,
+    ) -> Result<(), E>
+    where
+        T: SaveTarget,
+        E: SaveFailure + From<T::Error>,
+    {
+        let t0 = Instant::now();
+        // Failures of earlier saves first, so this one is not refused for them.
+        let polled = self.drain(target, false).map_err(E::from)?;
+        self.record(polled);
+        let mut sync_events = Vec::new();
+        loop {
+            self.gate.in_flight = target.in_flight();
+            match capture(target, &mut self.gate) {
+                Ok(Submitted { outcome, route }) => {
+                    if route == SaveRoute::Blocking {
+                        self.report.blocking_saves.push(step);
+                    }
+                    match outcome {
+                        SubmitOutcome::Skipped { .. } if Some(step) == self.final_step => {
+                            // The final checkpoint is never skipped: wait for a slot.
+                            let done = self.drain(target, true).map_err(E::from)?;
+                            self.record(done);
+                            continue;
+                        }
+                        SubmitOutcome::Skipped { .. } => {
+                            self.report.skipped += 1;
+                        }
+                        SubmitOutcome::WrittenSync(ev) => sync_events.push(ev),
+                        SubmitOutcome::Queued { .. } if route == SaveRoute::Blocking => {
+                            sync_events.extend(self.drain(target, true).map_err(E::from)?);
+                        }
+                        SubmitOutcome::Queued { .. } => {}
+                    }
+                    break;
+                }
+                Err(err) => {
+                    // An earlier save's failure surfaced here: retry this one.
+                    let about_this_step = err.failed_step() == Some(step);
+                    self.failed(err)?;
+                    if about_this_step {
+                        break;
+                    }
+                }
+            }
+        }
+        self.report.max_in_flight_seen = self.report.max_in_flight_seen.max(target.in_flight());
+        self.stalls.insert(step, t0.elapsed());
+        self.last_saved = Some(step);
+        self.ctrl.saved(step, self.started.elapsed());
+        self.record(sync_events);
+        Ok(())
+    }
+
+    /// Non-blocking, every step: published checkpoints are recorded and told to the frequency
+    /// controller; failures go through the error policy.
+    pub fn poll<T: SaveTarget>(&mut self, target: &mut T) -> Result<(), T::Error> {
+        self.report.max_in_flight_seen = self.report.max_in_flight_seen.max(target.in_flight());
+        let evs = self.drain(target, false)?;
+        self.record(evs);
+        Ok(())
+    }
+
+    /// Ends the session: after a stop, waits for the final checkpoint at most the grace
+    /// period (when it runs out, `target` is closed on a helper thread, so the caller is free
+    /// to exit; an unfinished save is then never published); otherwise waits for every save
+    /// and closes `target` with `close`, which returns the events not yet reported.
+    pub fn finish<T>(
+        mut self,
+        mut target: T,
+        close: impl FnOnce(T) -> Result<Vec<SaveEvent>, T::Error> + Send + 'static,
+    ) -> Result<SessionReport, T::Error>
+    where
+        T: SaveTarget + Send + 'static,
+    {
+        let mut outcome = if self.cfg.enabled {
+            StopOutcome::Saved
+        } else {
+            StopOutcome::NotSaved
+        };
+        if let (Some((_, t_stop)), Some(grace)) = (self.stopped_at, self.cfg.grace_period) {
+            while target.in_flight() > 0 && t_stop.elapsed() < grace {
+                std::thread::sleep(Duration::from_millis(2));
+                self.poll(&mut target)?;
+            }
+            if target.in_flight() > 0 {
+                outcome = StopOutcome::GraceExpired;
+            }
+        }
+        self.report.blocked_ms = ms(target.blocked_total());
+        if outcome == StopOutcome::GraceExpired {
+            self.poll(&mut target)?;
+            // Closing joins the persist thread, which a stalled disk can hold up for any time.
+            let _ = std::thread::Builder::new()
+                .name("ckpt-late-finish".into())
+                .spawn(move || {
+                    if let Err(e) = close(target) {
+                        tracing::warn!(error = %e, "the unfinished checkpoint failed after the grace period");
+                    }
+                });
+        } else {
+            let evs = self.drain(&mut target, true)?;
+            self.record(evs);
+            self.report.blocked_ms = ms(target.blocked_total());
+            let evs = close(target)?;
+            self.record(evs);
+        }
+        if self.report.blocking_saves.len() > 1 {
+            tracing::warn!(
+                "{} checkpoints were written while training waited, to stay within the \
+                 snapshot memory budget (steps {:?})",
+                self.report.blocking_saves.len(),
+                self.report.blocking_saves
+            );
+        }
+        let mut report = self.report;
+        report.saves.sort_by_key(|s| s.step);
+        report.interval = self.ctrl.interval();
+        report.stopped = self.stopped_at.map(|(step, t)| StopReport {
+            step,
+            outcome,
+            wait_ms: ms(t.elapsed()),
+        });
+        Ok(report)
+    }
+
+    /// Published events from `target` (all of them when `wait`), failures through the policy.
+    fn drain<T: SaveTarget>(
+        &mut self,
+        target: &mut T,
+        wait: bool,
+    ) -> Result<Vec<SaveEvent>, T::Error> {
+        let mut out = Vec::new();
+        loop {
+            let r = if wait {
+                target.wait_idle()
+            } else {
+                target.poll()
+            };
+            match r {
+                Ok(evs) => {
+                    out.extend(evs);
+                    return Ok(out);
+                }
+                Err(err) => self.failed(err)?,
+            }
+        }
+    }
+
+    /// Applies [`SaveErrorPolicy`]: under `Continue`, a failed save that does not lose the
+    /// run's final checkpoint is recorded (and warned about) and training goes on; everything
+    /// else is returned.
+    fn failed<E: SaveFailure>(&mut self, err: E) -> Result<(), E> {
+        let loses_final = err.failed_step().is_some()
+            && err.failed_step() == self.final_step
+            && !err.after_publication();
+        if self.cfg.on_save_error == SaveErrorPolicy::Continue
+            && err.is_save_failure()
+            && !loses_final
+        {
+            tracing::warn!(error = %err, "checkpoint failed; training continues (--on-save-error continue)");
+            self.report.failed_saves.push(FailedSave {
+                step: err.failed_step(),
+                error: err.to_string(),
+            });
+            return Ok(());
+        }
+        Err(err)
+    }
+
+    /// Records published saves with the whole stall the training thread saw for each, and
+    /// tells the frequency controller.
+    fn record(&mut self, published: impl IntoIterator<Item = SaveEvent>) {
+        for ev in published {
+            let stall = self.stalls.get(&ev.step).copied().unwrap_or(ev.stall);
+            self.ctrl.observe_save(stall, ev.persist);
+            self.gate.previous_bytes = Some(ev.bytes);
+            self.report.saves.push(SaveRecord {
+                step: ev.step,
+                stall_ms: ms(stall),
+                persist_ms: Some(ms(ev.persist)),
+                bytes: ev.bytes,
+                blocked_ms: ms(ev.blocked),
+            });
+            self.events.push(ev);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target whose saves publish at the next poll, or fail when told to.
+    #[derive(Default)]
+    struct Fake {
+        queued: Vec<u64>,
+        fail_next: bool,
+    }
+
+    impl SaveTarget for Fake {
+        type Error = Error;
+        fn in_flight(&self) -> usize {
+            self.queued.len()
+        }
+        fn poll(&mut self) -> Result<Vec<SaveEvent>, Error> {
+            let q = std::mem::take(&mut self.queued);
+            if std::mem::take(&mut self.fail_next)
+                && let Some(&step) = q.first()
+            {
+                return Err(Error::Persist {
+                    step,
+                    stage: crate::Stage::WritePart,
+                    path: "x".into(),
+                    source: std::io::Error::other("ENOSPC"),
+                });
+            }
+            Ok(q.into_iter()
+                .map(|step| SaveEvent {
+                    step,
+                    path: "x".into(),
+                    bytes: 1,
+                    stall: Duration::ZERO,
+                    blocked: Duration::ZERO,
+                    persist: Duration::ZERO,
+                    to_durable: Duration::ZERO,
+                    sync: false,
+                    removed: vec![],
+                })
+                .collect())
+        }
+        fn wait_idle(&mut self) -> Result<Vec<SaveEvent>, Error> {
+            self.poll()
+        }
+    }
+
+    fn run(cfg: SessionConfig, steps: u64, fail_at: Option<u64>) -> Result<SessionReport, Error> {
+        let mut s = CheckpointSession::new(cfg);
+        let mut t = Fake::default();
+        for step in 1..=steps {
+            let b = s.boundary(step, Duration::from_millis(1), t.in_flight(), |p| {
+                Ok::<_, Error>(p)
+            })?;
+            if b.save {
+                s.save(&mut t, step, |t: &mut Fake, _| {
+                    t.queued.push(step);
+                    t.fail_next = fail_at == Some(step);
+                    Ok::<_, Error>(Submitted {
+                        outcome: SubmitOutcome::Queued {
+                            step,
+                            blocked: Duration::ZERO,
+                        },
+                        route: SaveRoute::Background,
+                    })
+                })?;
+            }
+            s.poll(&mut t)?;
+            if b.stop {
+                break;
+            }
+        }
+        s.finish(t, |_| Ok(vec![]))
+    }
+
+    #[test]
+    fn final_step_is_always_saved() {
+        let r = run(
+            SessionConfig::new(FrequencyPolicy::EverySteps(4)).end_step(10),
+            10,
+            None,
+        )
+        .unwrap();
+        let steps: Vec<u64> = r.saves.iter().map(|s| s.step).collect();
+        assert_eq!(steps, vec![4, 8, 10]);
+    }
+
+    #[test]
+    fn stop_saves_the_stop_step() {
+        let flag = Arc::new(AtomicBool::new(true));
+        let r = run(
+            SessionConfig::new(FrequencyPolicy::EverySteps(4))
+                .end_step(10)
+                .stop_on(flag, None),
+            10,
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.saves.len(), 1);
+        assert_eq!(r.stopped.as_ref().map(|s| s.step), Some(1));
+        assert_eq!(r.stopped.map(|s| s.outcome), Some(StopOutcome::Saved));
+    }
+
+    #[test]
+    fn error_policy() {
+        let cfg = SessionConfig::new(FrequencyPolicy::EverySteps(2)).end_step(6);
+        assert!(run(cfg.clone(), 6, Some(2)).is_err(), "stop is the default");
+        let r = run(cfg.clone().on_save_error(SaveErrorPolicy::Continue), 6, Some(2)).unwrap();
+        assert_eq!(r.failed_saves.len(), 1);
+        assert_eq!(r.failed_saves[0].step, Some(2));
+        assert_eq!(r.saves.len(), 2);
+        // The final checkpoint's failure stops the run even under `continue`.
+        assert!(run(cfg.on_save_error(SaveErrorPolicy::Continue), 6, Some(6)).is_err());
+    }
+
+    #[test]
+    fn agreement_rules() {
+        let mut s = CheckpointSession::new(SessionConfig::new(FrequencyPolicy::EverySteps(100)));
+        let b = s
+            .boundary(1, Duration::ZERO, 0, |_| {
+                Ok::<_, Error>(Proposal {
+                    save: true,
+                    stop: true,
+                })
+            })
+            .unwrap();
+        assert!(b.save && b.stop, "an agreed stop saves its step");
+    }
+
+    #[test]
+    fn memory_gate_routes_and_counts_held_saves() {
+        let mut g = MemoryGate {
+            budget: Some(100),
+            ..Default::default()
+        };
+        let need = SaveMemory {
+            background: 60,
+            blocking: 40,
+        };
+        assert_eq!(g.route(need, 1), SaveRoute::Background);
+        g.in_flight = 1;
+        assert_eq!(g.route(need, 2), SaveRoute::Blocking, "60 held + 60 > 100");
+        g.in_flight = 0;
+        assert_eq!(g.route(need, 3), SaveRoute::Background);
+    }
+}

@@ -1,0 +1,220 @@
+//! Verification: reading a checkpoint's manifest and checking its files against it, the whole
+//! directory at once ([`verify_checkpoint`], [`verify_root`]) or one part at a time while
+//! reading it ([`Manifest::read_part_into`], [`Manifest::verify_part`]). Errors name the
+//! offending file.
+
+use std::{fs, path::Path};
+
+use crate::{
+    Error, FileEntry, MANIFEST_FILE, Manifest, Result, checksum,
+    latest::read_latest,
+    listing::{CheckpointInfo, CheckpointStatus, list_checkpoints},
+    naming::{LATEST_FILE, parse_step_dir},
+};
+
+/// Bytes read (and hashed) per step of a verified read: large enough for few system calls,
+/// small enough that the chunk is still in cache when it is hashed.
+const VERIFY_CHUNK: usize = 1 << 20;
+
+/// How much of a checkpoint [`check_checkpoint`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Depth {
+    /// The manifest and every listed file's size; no file is read.
+    Sizes,
+    /// Also every listed file's contents against its checksum.
+    Full,
+}
+
+/// Reads and checks (self-checksum, format) the manifest of checkpoint directory `dir`, without
+/// reading the files it lists.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST_FILE);
+    let bytes = fs::read(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::corrupt(&path, "manifest is missing (checkpoint incomplete)")
+        } else {
+            Error::io(&path, e)
+        }
+    })?;
+    let m = Manifest::from_bytes(&bytes, &path)?;
+    let expected = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_step_dir);
+    if let Some(s) = expected
+        && s != m.step
+    {
+        return Err(Error::corrupt(
+            &path,
+            format!(
+                "manifest says step {} but the directory is step {s}",
+                m.step
+            ),
+        ));
+    }
+    Ok(m)
+}
+
+/// The one check of a checkpoint directory against its manifest, which every other check of a
+/// whole checkpoint calls: reads the manifest ([`read_manifest`]), checks every listed file's
+/// size, and with [`Depth::Full`] then every file's checksum. Returns the manifest.
+pub(crate) fn check_checkpoint(dir: &Path, depth: Depth) -> Result<Manifest> {
+    let m = read_manifest(dir)?;
+    for f in &m.files {
+        let p = dir.join(&f.name);
+        let len = fs::metadata(&p)
+            .map_err(|e| Error::corrupt(&p, format!("listed in the manifest but unreadable: {e}")))?
+            .len();
+        if len != f.size {
+            return Err(size_mismatch(&p, len, f.size));
+        }
+    }
+    if depth == Depth::Full {
+        for f in &m.files {
+            verify_file(&dir.join(&f.name), f)?;
+        }
+    }
+    Ok(m)
+}
+
+/// Fully verifies one checkpoint directory: manifest self-checksum, every file's size and
+/// checksum. Errors name the offending file.
+pub fn verify_checkpoint(dir: &Path) -> Result<Manifest> {
+    check_checkpoint(dir, Depth::Full)
+}
+
+/// Verifies every checkpoint in `root` and that `latest`, if present, names a valid one (it may
+/// be missing or lag behind after a crash; recovery repairs both). Returns the list; the error
+/// is the first problem found.
+pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
+    let list = list_checkpoints(root, true)?;
+    if let Some(bad) = list.iter().find_map(|c| match &c.status {
+        CheckpointStatus::Invalid(r) => Some((c.path.clone(), r.clone())),
+        _ => None,
+    }) {
+        return Err(Error::corrupt(bad.0, bad.1));
+    }
+    match read_latest(root)? {
+        Some(name) if !list.iter().any(|c| c.latest) => {
+            return Err(Error::corrupt(
+                root.join(LATEST_FILE),
+                format!("names {name:?}, which is not a published checkpoint"),
+            ));
+        }
+        // No `latest` beside published checkpoints: a crash between the first publish's
+        // rename and its `latest` write. Nothing is wrong with the checkpoints, and the next
+        // start names the newest valid one (as when `latest` lags behind a newer checkpoint).
+        Some(_) | None => {}
+    }
+    Ok(list)
+}
+
+/// Reads one part of a checkpoint and checks it against the manifest.
+pub fn read_part(dir: &Path, name: &str) -> Result<Vec<u8>> {
+    read_manifest(dir)?.read_part_into(dir, name, |size| vec![0u8; size])
+}
+
+impl Manifest {
+    /// Reads part `name` of checkpoint `dir` (the directory this manifest was read from) into
+    /// the buffer `alloc(size)` returns, `size` being the manifest's size for the part, and
+    /// checks it while reading: the file is read once, in cache-sized chunks, each hashed
+    /// (XXH3) right after it is read. The buffer must hold at least `size` bytes; its first
+    /// `size` bytes are filled and the rest is left as `alloc` made it. Errors name the file: a
+    /// part the manifest does not list, a missing file, a size or checksum that differs
+    /// ([`Error::Corrupt`]), or an I/O error ([`Error::Io`]).
+    pub fn read_part_into<B>(
+        &self,
+        dir: &Path,
+        name: &str,
+        alloc: impl FnOnce(usize) -> B,
+    ) -> Result<B>
+    where
+        B: std::ops::DerefMut<Target = [u8]>,
+    {
+        let p = dir.join(name);
+        let entry = listed(self, &p, name)?;
+        let mut file = open_listed(&p)?;
+        // Checked before allocating, so a file of the wrong size costs no buffer.
+        let len = file.metadata().map_err(|e| Error::io(&p, e))?.len();
+        if len != entry.size {
+            return Err(size_mismatch(&p, len, entry.size));
+        }
+        let size = usize::try_from(entry.size).map_err(|_| size_mismatch(&p, len, entry.size))?;
+        let mut buf = alloc(size);
+        if buf.len() < size {
+            return Err(Error::corrupt(
+                &p,
+                format!(
+                    "read buffer of {} bytes is smaller than the part's {size}",
+                    buf.len()
+                ),
+            ));
+        }
+        let digest = checksum::read_hashed(&mut file, &mut buf[..size], VERIFY_CHUNK)
+            .map_err(|e| Error::io(&p, e))?;
+        let digest = match digest {
+            checksum::Filled::Exactly(d) => d,
+            checksum::Filled::Short(n) => return Err(size_mismatch(&p, n as u64, entry.size)),
+            checksum::Filled::Longer => {
+                let now = file.metadata().map(|m| m.len()).unwrap_or(entry.size + 1);
+                return Err(size_mismatch(&p, now.max(entry.size + 1), entry.size));
+            }
+        };
+        check_digest(&p, entry, digest)?;
+        Ok(buf)
+    }
+
+    /// Checks part `name` of checkpoint `dir` (the directory this manifest was read from)
+    /// against this manifest without keeping its bytes: size and checksum, streamed. The
+    /// errors are those of [`Manifest::read_part_into`].
+    pub fn verify_part(&self, dir: &Path, name: &str) -> Result<()> {
+        let p = dir.join(name);
+        verify_file(&p, listed(self, &p, name)?)
+    }
+}
+
+/// The manifest's entry for part `name`, whose file is `p`.
+fn listed<'m>(m: &'m Manifest, p: &Path, name: &str) -> Result<&'m FileEntry> {
+    m.file(name)
+        .ok_or_else(|| Error::corrupt(p, "not listed in the checkpoint's manifest"))
+}
+
+/// Opens listed file `p`; a missing file is corruption, not an I/O error.
+fn open_listed(p: &Path) -> Result<fs::File> {
+    fs::File::open(p).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::corrupt(p, "file is missing")
+        } else {
+            Error::io(p, e)
+        }
+    })
+}
+
+/// Size and checksum of one file against its manifest entry, streamed.
+fn verify_file(p: &Path, f: &FileEntry) -> Result<()> {
+    let (digest, len) = checksum::of_reader(open_listed(p)?).map_err(|e| Error::io(p, e))?;
+    if len != f.size {
+        return Err(size_mismatch(p, len, f.size));
+    }
+    check_digest(p, f, digest)
+}
+
+/// File `p` has `len` bytes where its manifest entry says `expected`.
+fn size_mismatch(p: &Path, len: u64, expected: u64) -> Error {
+    Error::corrupt(
+        p,
+        format!("size {len} differs from the manifest's {expected}"),
+    )
+}
+
+/// The XXH3 `digest` of file `p` against its manifest entry.
+fn check_digest(p: &Path, f: &FileEntry, digest: u64) -> Result<()> {
+    let hex = checksum::hex(digest);
+    if hex != f.xxh3 {
+        return Err(Error::corrupt(
+            p,
+            format!("checksum mismatch (manifest {}, file {hex})", f.xxh3),
+        ));
+    }
+    Ok(())
+}

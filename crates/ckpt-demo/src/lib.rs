@@ -1,0 +1,74 @@
+//! `ckpt-demo`: what burn-ckpt's examples, end-to-end tests and benchmarks run, kept out of
+//! the library crates (not published, not meant as an API):
+//!
+//! - [`model`]: the demo MLP with dropout, its synthetic dataset, AdamW and a cosine schedule;
+//! - [`trainer`]: the example trainer's single-device loop (`cargo run --example train`);
+//! - [`zero`]: the same trainer on N ZeRO-1 ranks (threads, or MPI processes);
+//! - [`perf`]: the measurement kernels of the criterion benches and the performance report.
+//!
+//! Every checkpoint decision in both loops is a [`ckpt_core::CheckpointSession`]'s.
+
+mod baseline;
+pub mod model;
+pub mod perf;
+pub mod trainer;
+pub mod zero;
+
+pub use model::{
+    Backend, Batch, INPUT_DIM, Mlp, SCHEDULE_ITERS, Sample, SampleBatcher, optimizer, scheduler,
+    synthetic_dataset,
+};
+pub use trainer::{
+    DemoConfig, DemoReport, FailedSave, Frequency, SaveErrorPolicy, SaveMode, SaveRecord,
+    StepInfo, StopOutcome, StopReport, data_loader, engine_config, fresh_model, open_engine, run,
+};
+
+/// What can go wrong in a demo run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The checkpoint engine or layout failed.
+    #[error(transparent)]
+    Core(#[from] ckpt_core::Error),
+    /// Capture, restore or Burn failed.
+    #[error(transparent)]
+    Burn(#[from] ckpt_burn::Error),
+    /// ZeRO-1 training or a sharded save failed.
+    #[error(transparent)]
+    Zero(#[from] ckpt_zero::Error),
+    /// A collective call of the run loop failed.
+    #[error("collective: {0}")]
+    Collective(#[from] ckpt_zero::collective::CollectiveError),
+    /// Invalid settings.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl ckpt_core::SaveFailure for Error {
+    fn failed_step(&self) -> Option<u64> {
+        match self {
+            Error::Core(e) => e.failed_step(),
+            Error::Burn(ckpt_burn::Error::Core(e)) => e.failed_step(),
+            Error::Zero(e) => e.failed_step(),
+            _ => None,
+        }
+    }
+    fn is_save_failure(&self) -> bool {
+        match self {
+            Error::Core(e) => e.is_save_failure(),
+            Error::Burn(ckpt_burn::Error::Core(e)) => e.is_save_failure(),
+            Error::Zero(e) => e.is_save_failure(),
+            _ => false,
+        }
+    }
+    fn after_publication(&self) -> bool {
+        match self {
+            Error::Core(e) => e.after_publication(),
+            Error::Burn(ckpt_burn::Error::Core(e)) => e.after_publication(),
+            Error::Zero(e) => e.after_publication(),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! The example trainer: a small MLP with dropout, AdamW and a cosine LR schedule on a
+//! deterministic synthetic regression dataset, checkpointed at optimizer-step boundaries.
+//!
+//! This is the logic behind `cargo run --example train` (which only parses flags, draws a
+//! progress bar and writes the report), kept in this crate so end-to-end tests run exactly
+//! the same code. The training loop owns the model, the [`ModuleOptimizer`] and the
+//! [`ModuleLrScheduler`] (Burn's `Learner` keeps the optimizer and scheduler private and offers
+//! no step hook), and follows the built-in single-device loop's order: batch, forward and
+//! backward, scheduler step, optimizer step. Every checkpoint decision and policy is the
+//! [`CheckpointSession`]'s; the loop only captures its state.
+//!
+//! Exact resume: the backend RNG is re-seeded from `(seed, step)` before every step, the data
+//! order is a pure function of `(seed, epoch)`, ParamIds are derived from the seed, and the
+//! checkpoint holds the model, optimizer, scheduler and data cursor of the same boundary. A run
+//! aborted anywhere and resumed to step N writes the same bytes as an uninterrupted run to N.
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, atomic::AtomicBool},
+    time::{Duration, Instant},
+};
+
+use burn::data::dataset::InMemDataset;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::optim::GradientsParams;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Device;
+use ckpt_burn::{
+    FrozenState, ResumableDataLoader, TrainerState, assign_param_ids, load_model, restore,
+    step_seed,
+};
+pub use ckpt_core::{FailedSave, SaveErrorPolicy, SaveRecord, StopOutcome, StopReport};
+use ckpt_core::{
+    Backpressure, CheckpointSession, SaveTarget, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
+    SessionConfig, SessionReport, Submitted,
+};
+use serde::Serialize;
+
+use crate::baseline::BurnBaseline;
+use crate::model::{Backend, Batch, Mlp, Sample, SampleBatcher, optimizer, scheduler, synthetic_dataset};
+use crate::{Error, Result};
+
+/// How checkpoints are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveMode {
+    /// Handle-clone snapshot, encoded and persisted on the background thread.
+    Async,
+    /// The same bytes, encoded and persisted while the trainer waits.
+    Sync,
+    /// Burn's own `AsyncCheckpointer<FileCheckpointer>` (records built on the trainer
+    /// thread), at the same steps, into `DIR/checkpoint/{model,optim,scheduler}-<step>.bpk`.
+    Burn,
+}
+
+/// When to checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Frequency {
+    /// Every N steps; 0 disables checkpointing.
+    EverySteps(u64),
+    /// As often as keeps the overhead under this fraction.
+    OverheadBudget(f64),
+}
+
+/// Configuration of a demo run (the example's flags).
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// Checkpoint root.
+    pub dir: PathBuf,
+    /// Base seed (weights, ParamIds, data order, dropout).
+    pub seed: u64,
+    /// Global step the run ends at.
+    pub steps: u64,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Hidden layers.
+    pub layers: usize,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Samples in the dataset (an epoch).
+    pub dataset_size: usize,
+    /// Dropout probability.
+    pub dropout: f64,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// When to checkpoint.
+    pub frequency: Frequency,
+    /// Keep only the newest K checkpoints.
+    pub keep_last: Option<usize>,
+    /// How to write checkpoints.
+    pub save_mode: SaveMode,
+    /// Continue from the newest valid checkpoint in `dir`, if any.
+    pub resume: bool,
+    /// A fresh start takes its model (ParamIds included) from this checkpoint.
+    pub init_from: Option<PathBuf>,
+    /// `std::process::abort()` after this step's update (and its checkpoint submit, if any).
+    pub abort_at_step: Option<u64>,
+    /// Backend.
+    pub backend: Backend,
+    /// Cooperative stop request (e.g. set by a SIGTERM handler). Checked at every step
+    /// boundary: once set, the run checkpoints the step just completed (unless checkpointing
+    /// is off), waits for it to be durable (bounded by `grace_period`) and returns with
+    /// [`DemoReport::stopped`] filled in.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Longest wait for the final checkpoint after a stop request (`None`: wait as long as it
+    /// takes). When it runs out, `run` returns at once with [`StopOutcome::GraceExpired`];
+    /// the unfinished save keeps going on a background thread until the process exits.
+    pub grace_period: Option<Duration>,
+    /// What to do when a checkpoint fails to persist.
+    pub on_save_error: SaveErrorPolicy,
+    /// Checkpoints persisting at once (the engine's bound; at least 1).
+    pub max_in_flight: usize,
+    /// What a save does when `max_in_flight` are already persisting.
+    pub backpressure: Backpressure,
+    /// Extra memory (bytes) a save may take: saves whose background peak (held handle clones
+    /// plus Burn's optimizer record, see [`ckpt_burn::save_memory`]) would exceed it are written
+    /// while the trainer waits instead (`None`: no limit, every save in the background).
+    pub snapshot_budget: Option<u64>,
+}
+
+impl DemoConfig {
+    /// Defaults (a couple of minutes at most on a CPU) for root `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            seed: 42,
+            steps: 200,
+            hidden: 256,
+            layers: 2,
+            batch_size: 32,
+            dataset_size: 1000,
+            dropout: 0.1,
+            lr: 1e-3,
+            frequency: Frequency::EverySteps(25),
+            keep_last: Some(3),
+            save_mode: SaveMode::Async,
+            resume: false,
+            init_from: None,
+            abort_at_step: None,
+            backend: Backend::Flex,
+            stop: None,
+            grace_period: None,
+            on_save_error: SaveErrorPolicy::Stop,
+            max_in_flight: 1,
+            backpressure: Backpressure::Block,
+            snapshot_budget: None,
+        }
+    }
+
+    fn checkpointing(&self) -> bool {
+        !matches!(self.frequency, Frequency::EverySteps(0))
+    }
+
+    /// The checkpoint frequency policy of `frequency`.
+    pub fn policy(&self) -> FrequencyPolicy {
+        match self.frequency {
+            Frequency::EverySteps(0) => FrequencyPolicy::Never,
+            Frequency::EverySteps(n) => FrequencyPolicy::EverySteps(n),
+            Frequency::OverheadBudget(f) => FrequencyPolicy::budget(f),
+        }
+    }
+
+    /// The checkpointing session of this run: frequency, error policy, stop flag and grace
+    /// period, memory budget, and `steps` as the always-saved final step.
+    pub fn session(&self) -> CheckpointSession {
+        let mut s = SessionConfig::new(self.policy())
+            .end_step(self.steps)
+            .on_save_error(self.on_save_error)
+            .memory_budget(self.snapshot_budget);
+        s.stop = self.stop.clone();
+        s.grace_period = self.grace_period;
+        CheckpointSession::new(s)
+    }
+
+    /// Checks the settings every loop shares.
+    pub fn validate(&self) -> Result<()> {
+        if self.steps == 0 {
+            return Err(Error::Config("--steps must be at least 1".into()));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(Error::Config("dropout must be in [0, 1)".into()));
+        }
+        if let Frequency::OverheadBudget(f) = self.frequency
+            && !(f > 0.0 && f < 1.0)
+        {
+            return Err(Error::Config(
+                "the overhead budget must be a fraction in (0, 1)".into(),
+            ));
+        }
+        if self.max_in_flight == 0 {
+            return Err(Error::Config("--max-in-flight must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What a run did (written as JSON by `--report`).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct DemoReport {
+    /// Checkpoints, by step.
+    pub saves: Vec<SaveRecord>,
+    /// Time of each training step (without checkpoint stalls), in milliseconds.
+    pub step_ms: Vec<f64>,
+    /// Wall time of the run.
+    pub wall_s: f64,
+    /// Save interval in steps in force at the end.
+    pub interval: Option<u64>,
+    /// Step the run started after (0 for a fresh start).
+    pub start_step: u64,
+    /// Step the run ended at.
+    pub final_step: u64,
+    /// Checkpoint the run resumed from.
+    pub resumed_from: Option<PathBuf>,
+    /// Loss of the last step.
+    pub final_loss: Option<f32>,
+    /// Save mode.
+    pub save_mode: Option<SaveMode>,
+    /// Checkpoints dropped by the `skip` backpressure policy.
+    pub skipped: u64,
+    /// Steps saved blocking (the trainer waited for the persist) because a background save
+    /// would have exceeded `snapshot_budget`.
+    pub blocking_saves: Vec<u64>,
+    /// Checkpoints that failed to persist (only under [`SaveErrorPolicy::Continue`]).
+    pub failed_saves: Vec<FailedSave>,
+    /// Total time saves waited for a free persist slot (backpressure `block`).
+    pub blocked_ms: f64,
+    /// Configured bound on checkpoints persisting at once.
+    pub max_in_flight: usize,
+    /// Most checkpoints seen persisting at once (sampled after every submit and step).
+    pub max_in_flight_seen: usize,
+    /// Backpressure policy in force.
+    pub backpressure: Option<Backpressure>,
+    /// Set when a stop request ended the run early.
+    pub stopped: Option<StopReport>,
+}
+
+/// Progress information passed to the callback after every step.
+#[derive(Debug, Clone, Copy)]
+pub struct StepInfo {
+    /// Step just completed.
+    pub step: u64,
+    /// Step the run ends at.
+    pub steps: u64,
+    /// Epoch of the step's batch.
+    pub epoch: u64,
+    /// Loss of the step.
+    pub loss: f32,
+    /// Checkpoints published so far in this run.
+    pub published: usize,
+    /// Checkpoints being persisted now.
+    pub in_flight: usize,
+}
+
+impl DemoReport {
+    /// Fills in what the checkpointing session did.
+    pub fn absorb(&mut self, s: SessionReport) {
+        self.saves = s.saves;
+        self.skipped = s.skipped;
+        self.blocking_saves = s.blocking_saves;
+        self.failed_saves = s.failed_saves;
+        self.blocked_ms = s.blocked_ms;
+        self.max_in_flight_seen = s.max_in_flight_seen;
+        self.interval = s.interval;
+        self.stopped = s.stopped;
+    }
+}
+
+/// The engine configuration of `cfg` (root, persist slots, backpressure, retention).
+pub fn engine_config(cfg: &DemoConfig) -> EngineConfig {
+    let ec = EngineConfig::new(&cfg.dir)
+        .max_in_flight(cfg.max_in_flight)
+        .backpressure(cfg.backpressure);
+    match cfg.keep_last {
+        Some(k) => ec.retention(Retention::keep_last(k.max(1))),
+        None => ec,
+    }
+}
+
+/// Opens `cfg`'s root (recovery under the lock; every skipped invalid checkpoint is a
+/// warning naming it, the file and the reason) and returns the engine and the checkpoint a
+/// resume starts from.
+pub fn open_engine(cfg: &DemoConfig) -> Result<(Engine, Option<PathBuf>)> {
+    let (engine, report) = Engine::open(engine_config(cfg))?;
+    Ok((engine, report.latest.map(|c| c.path)))
+}
+
+/// The fresh model of `cfg`: weights from the device RNG seeded with `cfg.seed`, ParamIds
+/// derived from it. Seeds the (process-global) RNG: serialize with other users.
+pub fn fresh_model(cfg: &DemoConfig, device: &Device) -> Mlp {
+    device.seed(cfg.seed);
+    assign_param_ids(
+        Mlp::new(cfg.hidden, cfg.layers, cfg.dropout, device),
+        cfg.seed,
+    )
+}
+
+/// The synthetic dataset of `cfg` behind a resumable loader shuffled with `shuffle_seed`.
+pub fn data_loader(
+    cfg: &DemoConfig,
+    shuffle_seed: u64,
+    device: &Device,
+) -> Result<ResumableDataLoader<Sample, Batch>> {
+    let dataset = Arc::new(InMemDataset::new(synthetic_dataset(
+        cfg.dataset_size,
+        cfg.seed ^ 0xda7a,
+    )));
+    Ok(ResumableDataLoader::new(
+        dataset,
+        Arc::new(SampleBatcher),
+        cfg.batch_size,
+        shuffle_seed,
+        device.clone(),
+    )?)
+}
+
+/// Where this run's checkpoints go: our engine (async and sync modes) or Burn's own
+/// checkpointer (the baseline).
+enum Target {
+    /// Checkpointing is off.
+    Off,
+    Engine(Engine),
+    Burn(BurnBaseline),
+}
+
+impl ckpt_core::SaveTarget for Target {
+    type Error = Error;
+    fn in_flight(&self) -> usize {
+        match self {
+            Target::Engine(e) => e.in_flight(),
+            Target::Burn(_) | Target::Off => 0,
+        }
+    }
+    fn poll(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        match self {
+            Target::Engine(e) => Ok(e.poll()?),
+            Target::Burn(_) | Target::Off => Ok(Vec::new()),
+        }
+    }
+    fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        match self {
+            Target::Engine(e) => Ok(e.wait_idle()?),
+            Target::Burn(_) | Target::Off => Ok(Vec::new()),
+        }
+    }
+    fn blocked_total(&self) -> Duration {
+        match self {
+            Target::Engine(e) => e.metrics().blocked_total,
+            Target::Burn(_) | Target::Off => Duration::ZERO,
+        }
+    }
+}
+
+impl Target {
+    fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        match self {
+            Target::Engine(e) => Ok(e.finish()?.events),
+            // Dropping joins Burn's checkpointer threads: every file is written.
+            Target::Burn(b) => Ok(b.close()),
+            Target::Off => Ok(Vec::new()),
+        }
+    }
+}
+
+/// Captures the single-device state at `step` and submits it on the route `cfg` and the
+/// memory budget call for.
+fn capture(
+    target: &mut Target,
+    gate: &mut ckpt_core::MemoryGate,
+    mode: SaveMode,
+    state: (&Mlp, &ModuleOptimizer, &ModuleLrScheduler),
+    trainer: &TrainerState,
+) -> Result<Submitted> {
+    let (model, optim, sched) = state;
+    let t0 = Instant::now();
+    match target {
+        Target::Engine(e) => {
+            let frozen = FrozenState::capture(model, optim, sched, trainer.clone());
+            if mode == SaveMode::Sync {
+                let snap = frozen.encode()?.into_snapshot();
+                let outcome = e.submit(snap.with_capture_time(t0.elapsed()))?;
+                return Ok(Submitted {
+                    outcome,
+                    route: SaveRoute::Blocking,
+                });
+            }
+            // The optimizer record's size: the last checkpoint's bytes beyond the model
+            // (`None` before the first).
+            let model_bytes = frozen.model_bytes();
+            let optim_bytes = gate
+                .previous_bytes()
+                .map(|b| b.saturating_sub(model_bytes));
+            let route = gate.route(frozen.memory(optim_bytes), trainer.step);
+            let outcome = e.submit(frozen.into_snapshot())?;
+            Ok(Submitted { outcome, route })
+        }
+        Target::Burn(b) => {
+            let ev = b.save(trainer.step, model, optim, sched)?;
+            Ok(Submitted {
+                outcome: ckpt_core::SubmitOutcome::WrittenSync(ev),
+                route: SaveRoute::Background,
+            })
+        }
+        Target::Off => Err(Error::Config("checkpointing is off".into())),
+    }
+}
+
+/// Runs the demo trainer. `progress` is called after every step.
+pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
+    let wall = Instant::now();
+    cfg.validate()?;
+    let device = cfg.backend.device().autodiff();
+
+    // Our engine (async and sync modes) owns the root; recovery runs under its lock.
+    let mut latest = None;
+    let mut target = if !cfg.checkpointing() {
+        Target::Off
+    } else if cfg.save_mode == SaveMode::Burn {
+        Target::Burn(BurnBaseline::new(&cfg.dir, cfg.keep_last))
+    } else {
+        let (e, l) = open_engine(cfg)?;
+        latest = l;
+        Target::Engine(e)
+    };
+    if cfg.resume && !matches!(target, Target::Engine(_)) {
+        latest = ckpt_burn::latest_valid(&cfg.dir)?;
+    }
+
+    let mut model = fresh_model(cfg, &device);
+    let mut optim = optimizer();
+    let mut sched = scheduler(cfg.lr)?;
+    let loader = data_loader(cfg, cfg.seed, &device)?;
+
+    let mut report = DemoReport {
+        save_mode: cfg.checkpointing().then_some(cfg.save_mode),
+        ..Default::default()
+    };
+    let mut start = 0;
+    match (cfg.resume, latest) {
+        (true, Some(dir)) => {
+            let r = restore(&dir, model, optim, sched)?;
+            model = r.model;
+            optim = r.optim;
+            sched = r.scheduler;
+            if r.trainer.base_seed != cfg.seed {
+                return Err(Error::Config(format!(
+                    "{} was written with --seed {}, not {}",
+                    dir.display(),
+                    r.trainer.base_seed,
+                    cfg.seed
+                )));
+            }
+            loader.set_cursor(r.trainer.cursor)?;
+            start = r.trainer.step;
+            report.resumed_from = Some(dir);
+        }
+        _ => {
+            if let Some(init) = &cfg.init_from {
+                model = load_model(init, model)?;
+            }
+        }
+    }
+    report.start_step = start;
+
+    let mut session = cfg.session();
+    session.resumed_at(start);
+    let mse = MseLoss::new();
+    let mut final_step = cfg.steps.max(start);
+
+    for step in start + 1..=cfg.steps {
+        let t_step = Instant::now();
+        device.seed(step_seed(cfg.seed, step));
+        let (epoch, batch) = loader.next_batch()?;
+        let out = model.forward(batch.x);
+        let loss = mse.forward(out, batch.y, Reduction::Mean);
+        let loss_value = loss.clone().try_into_scalar::<f32>().ok();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let lr = sched.step();
+        model = optim.step(lr, model, grads);
+        let step_time = t_step.elapsed();
+        report.step_ms.push(ms(step_time));
+        report.final_loss = loss_value;
+
+        let b = session.boundary(step, step_time, target.in_flight(), Ok::<_, Error>)?;
+        if b.save {
+            let trainer = TrainerState::new(step, loader.cursor(), cfg.seed);
+            session.save(&mut target, step, |t, gate| {
+                capture(t, gate, cfg.save_mode, (&model, &optim, &sched), &trainer)
+            })?;
+        }
+        session.poll(&mut target)?;
+        progress(&StepInfo {
+            step,
+            steps: cfg.steps,
+            epoch,
+            loss: loss_value.unwrap_or(f32::NAN),
+            published: session.published(),
+            in_flight: target.in_flight(),
+        });
+        if cfg.abort_at_step == Some(step) {
+            std::process::abort();
+        }
+        if b.stop {
+            final_step = step;
+            break;
+        }
+    }
+
+    let burn_dir = matches!(target, Target::Burn(_)).then(|| BurnBaseline::dir(&cfg.dir));
+    if let Target::Engine(_) = target {
+        report.max_in_flight = cfg.max_in_flight.max(1);
+        report.backpressure = Some(cfg.backpressure);
+    }
+    report.absorb(session.finish(target, Target::close)?);
+    if let Some(dir) = burn_dir {
+        // Burn's checkpointer reports no persist time; its bytes are on disk now.
+        for s in &mut report.saves {
+            s.persist_ms = None;
+            s.bytes = BurnBaseline::bytes(&dir, s.step);
+        }
+    }
+    report.final_step = final_step;
+    report.wall_s = wall.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
