@@ -12,6 +12,7 @@ use std::{
 
 use burn_ckpt::ckpt_core::{self, failpoints};
 use common::*;
+use test_support::fs::{At, flip_byte};
 
 #[test]
 fn child_entry() {
@@ -370,12 +371,13 @@ fn resume_past_a_corrupt_newest_checkpoint_says_which_file_and_why() {
     let dir = tmp.path().join("run");
     trainer(&dir).steps(10).save_every(5).run_ok();
     let optim = step_dir(&dir, 10).join(burn_ckpt::ckpt_burn::OPTIM_FILE);
-    let mut bytes = std::fs::read(&optim).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x01;
-    std::fs::write(&optim, bytes).unwrap();
+    flip_byte(&optim, At::Middle, 0x01);
 
-    let out = trainer(&dir).steps(15).save_every(5).flag("--resume").run_ok();
+    let out = trainer(&dir)
+        .steps(15)
+        .save_every(5)
+        .flag("--resume")
+        .run_ok();
     let skipped = out
         .stderr
         .lines()
@@ -383,10 +385,6 @@ fn resume_past_a_corrupt_newest_checkpoint_says_which_file_and_why() {
         .unwrap_or_else(|| panic!("no line names the skipped checkpoint:\n{}", out.stderr));
     assert!(skipped.contains("optim.bpk"), "{skipped}");
     assert!(skipped.contains("checksum"), "{skipped}");
-    assert!(
-        out.stderr.contains("resumed from step 5"),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains("resumed from step 5"), "{}", out.stderr);
     assert_eq!(assert_published_valid(&dir), [5, 10, 15]);
 }

@@ -8,130 +8,22 @@
 
 use std::path::Path;
 
-use burn::data::dataloader::DataLoaderBuilder;
-use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::InMemDataset;
 use burn::module::Module;
-use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::OptimizerRecord;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
-use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
-use burn::optim::{AdamWConfig, OptimizerRecord};
 use burn::store::ModuleRecord;
-use burn::tensor::{Device, Tensor};
-use burn::train::{
-    InferenceStep, Learner, LearningResult, RegressionOutput, SupervisedTraining, TrainOutput,
-    TrainStep, metric::LossMetric,
-};
+use burn::tensor::Device;
+use burn::train::{LearningResult, SupervisedTraining, metric::LossMetric};
 use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
 use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
 use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
-
-#[derive(Module, Debug)]
-struct Tiny {
-    l1: Linear,
-    act: Relu,
-    l2: Linear,
-}
-
-#[derive(Clone, Debug)]
-struct Sample {
-    x: [f32; 4],
-    y: f32,
-}
-
-#[derive(Clone, Debug)]
-struct Batch {
-    x: Tensor<2>,
-    y: Tensor<2>,
-}
-
-#[derive(Clone, Debug)]
-struct TinyBatcher;
-
-impl Batcher<Sample, Batch> for TinyBatcher {
-    fn batch(&self, items: Vec<Sample>, device: &Device) -> Batch {
-        let n = items.len();
-        let xs: Vec<f32> = items.iter().flat_map(|s| s.x).collect();
-        let ys: Vec<f32> = items.iter().map(|s| s.y).collect();
-        Batch {
-            x: Tensor::<1>::from_floats(xs.as_slice(), device).reshape([n, 4]),
-            y: Tensor::<1>::from_floats(ys.as_slice(), device).reshape([n, 1]),
-        }
-    }
-}
-
-impl Tiny {
-    fn new(device: &Device) -> Self {
-        Self {
-            l1: LinearConfig::new(4, 8).init(device),
-            act: Relu::new(),
-            l2: LinearConfig::new(8, 1).init(device),
-        }
-    }
-    fn regress(&self, b: Batch) -> RegressionOutput {
-        let out = self.l2.forward(self.act.forward(self.l1.forward(b.x)));
-        let loss = MseLoss::new().forward(out.clone(), b.y.clone(), Reduction::Mean);
-        RegressionOutput::new(loss, out, b.y)
-    }
-}
-
-impl TrainStep for Tiny {
-    type Input = Batch;
-    type Output = RegressionOutput;
-    fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
-        let o = self.regress(b);
-        TrainOutput::new(self, o.loss.backward(), o)
-    }
-}
-
-impl InferenceStep for Tiny {
-    type Input = Batch;
-    type Output = RegressionOutput;
-    fn step(&self, b: Batch) -> RegressionOutput {
-        self.regress(b)
-    }
-}
-
-fn data() -> Vec<Sample> {
-    (0..64)
-        .map(|i| {
-            let v = i as f32 / 64.0;
-            Sample {
-                x: [v, 1.0 - v, v * v, 0.5],
-                y: 2.0 * v - 0.3,
-            }
-        })
-        .collect()
-}
-
-fn learner(device: &Device) -> Learner<Tiny> {
-    let scheduler = CosineAnnealingLrSchedulerConfig::new(1e-2, 100)
-        .init()
-        .unwrap();
-    Learner::new(Tiny::new(device), AdamWConfig::new().init(), scheduler)
-}
-
-type Loader<T> = std::sync::Arc<dyn burn::data::dataloader::DataLoader<T>>;
-
-/// Train (optionally shuffled with `shuffle`) and validation loaders over the same data.
-fn loaders(shuffle: Option<u64>) -> (Loader<Batch>, Loader<Batch>) {
-    let mut train = DataLoaderBuilder::new(TinyBatcher).batch_size(16);
-    if let Some(seed) = shuffle {
-        train = train.shuffle(seed);
-    }
-    let valid = DataLoaderBuilder::new(TinyBatcher).batch_size(16);
-    (
-        train.build(InMemDataset::new(data())),
-        valid.build(InMemDataset::new(data())),
-    )
-}
+use test_support::tiny::{Tiny, learner, loaders};
 
 /// One `launch` through the ckpt checkpointers; returns the result after `finish`.
 fn train(dir: &Path, epochs: usize, resume: Option<usize>) -> LearningResult<Tiny> {
     let device = Device::flex().autodiff();
-    let (train, valid) = loaders(Some(3));
+    let (train, valid) = loaders(16, Some(3));
 
     // The lines a user adds:
     let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
@@ -146,7 +38,7 @@ fn train(dir: &Path, epochs: usize, resume: Option<usize>) -> LearningResult<Tin
     if let Some(epoch) = resume {
         training = training.checkpoint(epoch);
     }
-    let result = training.launch(learner(&device));
+    let result = training.launch(learner(Tiny::new(&device)));
     ckpt.finish().unwrap();
     result
 }
@@ -238,7 +130,7 @@ fn train_steps(
     resume: Option<usize>,
 ) -> LearningResult<Tiny> {
     let device = Device::flex().autodiff();
-    let (train, valid) = loaders(None);
+    let (train, valid) = loaders(16, None);
 
     // The lines a user adds:
     let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
@@ -256,7 +148,7 @@ fn train_steps(
     if let Some(step) = resume {
         training = training.checkpoint(step);
     }
-    let result = training.launch(learner(&device));
+    let result = training.launch(learner(Tiny::new(&device)));
     ckpt.finish().unwrap();
     result
 }
@@ -343,7 +235,10 @@ fn a_checkpoint_the_strategy_cannot_resume_from_is_an_error_naming_it() {
     // at step 0 (whose later saves would replace steps 3 and 4).
     let m3 = read(&root, 3, MODEL_FILE);
     let resumed = train_steps(tmp.path(), 2, 3, Some(20));
-    let err = resumed.error.map(|e| e.to_string()).expect("resume must fail");
+    let err = resumed
+        .error
+        .map(|e| e.to_string())
+        .expect("resume must fail");
     assert!(err.contains(&checkpoint_dir_name(20)), "{err}");
     assert!(err.contains(META_EPOCH_ITERATION), "{err}");
     let list = ckpt_core::list_checkpoints(&root, true).unwrap();

@@ -17,8 +17,9 @@ use burn::tensor::Device;
 use burn_ckpt::ckpt_burn::{
     self as cb, Error, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState,
 };
-use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp, SaveMode};
 use burn_ckpt::ckpt_core::{self, Engine, EngineConfig, Snapshot};
+use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp, SaveMode};
+use test_support::fs::{At, flip_byte, step_dir};
 
 const CHILD: &str = "BURN_CKPT_TRAIN_CHILD";
 const FILES: [&str; 4] = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE];
@@ -104,10 +105,6 @@ fn train_ok(dir: &Path, spec: &[(&str, String)]) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
-}
-
-fn step_dir(root: &Path, step: u64) -> PathBuf {
-    root.join(ckpt_core::checkpoint_dir_name(step))
 }
 
 fn assert_same_files(a: &Path, b: &Path) {
@@ -405,10 +402,7 @@ fn bad_input_gives_typed_errors_naming_the_file() {
     // Corrupted file (one byte flipped).
     let corrupt = tmp.path().join("corrupt");
     copy_dir(&good, &corrupt);
-    let mut bytes = read(MODEL_FILE);
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x40;
-    std::fs::write(corrupt.join(MODEL_FILE), bytes).unwrap();
+    flip_byte(&corrupt.join(MODEL_FILE), At::Middle, 0x40);
     let e = cb::load_model(&corrupt, fresh().0).unwrap_err();
     assert!(
         e.to_string()
@@ -490,11 +484,7 @@ fn resume_skips_a_corrupted_latest_checkpoint() {
     let dir = tmp.path().join("run");
     train_ok(&dir, &[("steps", s(18))]);
     // Corrupt the newest checkpoint: the resume falls back to step 12 and still matches.
-    let f = step_dir(&dir, 18).join(OPTIM_FILE);
-    let mut b = std::fs::read(&f).unwrap();
-    let n = b.len() - 1;
-    b[n] ^= 1;
-    std::fs::write(&f, b).unwrap();
+    flip_byte(&step_dir(&dir, 18).join(OPTIM_FILE), At::FromEnd(1), 1);
     let r = train_ok(&dir, &[("steps", s(24)), ("resume", s(1))]);
     assert_eq!(r["start_step"], 12);
     assert_same_files(&step_dir(&base, 24), &step_dir(&dir, 24));

@@ -15,7 +15,7 @@ mod train_cli;
 use std::{
     ffi::OsString,
     io::{BufRead, BufReader},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc::{Receiver, RecvTimeoutError},
     time::{Duration, Instant},
@@ -23,6 +23,11 @@ use std::{
 
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
 use burn_ckpt::ckpt_core;
+
+/// `ROOT/step-<step:08>`, and the `.tmp*` entries left in a root (not every test binary uses
+/// both).
+#[allow(unused_imports)]
+pub(crate) use test_support::fs::{step_dir, tmp_entries};
 
 /// Environment variable carrying the trainer's arguments, one per line.
 pub const CHILD_ARGS: &str = "BURN_CKPT_RELIABILITY_ARGS";
@@ -314,11 +319,6 @@ impl Running {
     }
 }
 
-/// `ROOT/step-<step:08>`.
-pub fn step_dir(root: &Path, step: u64) -> PathBuf {
-    root.join(ckpt_core::checkpoint_dir_name(step))
-}
-
 /// Asserts the four checkpoint files of `a` and `b` are byte-identical.
 pub fn assert_same_files(a: &Path, b: &Path) {
     for f in FILES {
@@ -347,24 +347,23 @@ pub fn assert_same_checkpoint(a: &Path, b: &Path) {
         v
     };
     let files = names(a);
-    assert_eq!(files, names(b), "{} and {} hold different files", a.display(), b.display());
+    assert_eq!(
+        files,
+        names(b),
+        "{} and {} hold different files",
+        a.display(),
+        b.display()
+    );
     for f in files {
         let x = std::fs::read(a.join(&f)).unwrap();
         let y = std::fs::read(b.join(&f)).unwrap();
-        assert!(x == y, "{f} differs between {} and {}", a.display(), b.display());
+        assert!(
+            x == y,
+            "{f} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
     }
-}
-
-/// `.tmp-*` entries left in `root`.
-pub fn tmp_entries(root: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(root)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Asserts what a reader may rely on at any instant: every published checkpoint fully verifies

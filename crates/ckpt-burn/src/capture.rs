@@ -112,7 +112,7 @@ impl ModuleVisitor for DeferredCollector {
 /// Streams `model`'s record into `sink`: the bytes of `model.into_record().save(..)`, drawn
 /// one tensor at a time. `model` is dropped first, so a tensor the trainer has since replaced
 /// is held only here, read without a copy and freed once written.
-pub fn write_model<M: Module>(
+pub(crate) fn write_model<M: Module>(
     model: M,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
@@ -131,7 +131,7 @@ pub fn write_model<M: Module>(
 /// Streams `optim`'s record into `sink` in the canonical (name-sorted) layout. Burn's
 /// `OptimizerRecord` is the only public view of optimizer state and materializes it whole;
 /// `optim` is dropped right after, and the record is encoded once and streamed out.
-pub fn write_optimizer(
+pub(crate) fn write_optimizer(
     optim: ModuleOptimizer,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {

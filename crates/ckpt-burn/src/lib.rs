@@ -19,7 +19,7 @@ mod capture;
 pub mod checkpointers;
 mod data;
 mod error;
-pub mod pack;
+mod pack;
 mod restore;
 mod state;
 pub mod strategy;

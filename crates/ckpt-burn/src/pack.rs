@@ -16,7 +16,7 @@ const CHUNK: usize = 8 << 20;
 
 /// Why a container could not be written.
 #[derive(Debug, thiserror::Error)]
-pub enum PackError {
+pub(crate) enum PackError {
     /// A tensor's bytes could not be produced.
     #[error("tensor {name:?}: {reason}")]
     Tensor {
@@ -74,7 +74,7 @@ fn pad(sink: &mut dyn Write, mut n: u64) -> std::io::Result<()> {
 /// into `sink`. Deferred tensors are drawn one at a time, each after the previous one's bytes
 /// were written and dropped. Returns the bytes written. A tensor whose bytes differ in length
 /// from what its dtype and shape promise is an error naming it.
-pub fn write_pack(
+pub(crate) fn write_pack(
     tensors: Vec<burn_pack::Tensor>,
     metadata: &BTreeMap<String, String>,
     scalars: &BTreeMap<String, Scalar>,

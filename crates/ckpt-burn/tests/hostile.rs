@@ -15,13 +15,9 @@
 //! (which aborts the test binary).
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
     panic::AssertUnwindSafe,
     path::{Path, PathBuf},
-    sync::{
-        OnceLock,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{OnceLock, atomic::Ordering},
     time::{Duration, Instant},
 };
 
@@ -31,51 +27,16 @@ use burn::tensor::Device;
 use ckpt_burn::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TRAINER_STATE_VERSION, TrainerState,
 };
-use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp};
 use ckpt_core::{Engine, EngineConfig, Snapshot};
+use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp};
 use proptest::prelude::*;
-
-struct Watchful;
-
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-const REFUSE_OVER: usize = 256 << 20;
-/// The whole checkpoint is a few tens of KiB; no reader may allocate more than this at once.
-const BOUND: usize = 32 << 20;
-
-// SAFETY: forwards to the system allocator; refusing (null) is allowed by `GlobalAlloc`.
-unsafe impl GlobalAlloc for Watchful {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        if layout.size() > REFUSE_OVER {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same layout contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        if layout.size() > REFUSE_OVER {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same layout contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        if new_size > REFUSE_OVER {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use test_support::alloc::{REFUSE_OVER, Watchful};
 
 #[global_allocator]
-static ALLOC: Watchful = Watchful;
+static ALLOC: Watchful = Watchful::new(REFUSE_OVER);
+
+/// The whole checkpoint is a few tens of KiB; no reader may allocate more than this at once.
+const BOUND: usize = 32 << 20;
 
 const FILES: [&str; 4] = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE];
 const HIDDEN: usize = 16;
@@ -153,10 +114,7 @@ fn restore_all(dir: &Path) -> Result<Option<String>, String> {
     if took > Duration::from_secs(20) {
         return Err(format!("readers took {took:?}"));
     }
-    let largest = LARGEST.load(Ordering::Relaxed);
-    if largest > BOUND {
-        return Err(format!("a reader allocated {largest} bytes at once"));
-    }
+    ALLOC.check_bounded(BOUND)?;
     res.map_err(|p| {
         let msg = p
             .downcast_ref::<String>()

@@ -22,7 +22,7 @@ use safetensors::{Dtype, View};
 use crate::inspect::{TensorEntry, manifest, read_pack};
 
 /// Prefix of optimizer tensors in an export.
-pub const OPTIM_PREFIX: &str = "optim.";
+pub(crate) const OPTIM_PREFIX: &str = "optim.";
 
 /// One tensor ready for safetensors.
 struct Out {
@@ -88,7 +88,7 @@ fn convert(file: &Path, t: &TensorEntry) -> Result<Out> {
 
 /// Writes the tensors of checkpoint `dir` to the safetensors file `out`; with `optim`, also the
 /// optimizer's under [`OPTIM_PREFIX`]. Returns the number of tensors written.
-pub fn to_safetensors(dir: &Path, out: &Path, optim: bool) -> Result<usize> {
+pub(crate) fn to_safetensors(dir: &Path, out: &Path, optim: bool) -> Result<usize> {
     let m = manifest(dir)?;
     let mut files: Vec<(&str, &str, u64)> = Vec::new();
     let model = m

@@ -16,10 +16,10 @@ use ckpt_burn::{TRAINER_FILE, TrainerState};
 use ckpt_core::{MANIFEST_FILE, Manifest};
 
 /// How many leading values of each tensor `--json` shows.
-pub const LEADING_VALUES: usize = 8;
+pub(crate) const LEADING_VALUES: usize = 8;
 
 /// One tensor of a burnpack file.
-pub struct TensorEntry {
+pub(crate) struct TensorEntry {
     /// Name as stored (for a model, the module path, e.g. `layers.0.weight`).
     pub name: String,
     /// Element type.
@@ -34,13 +34,13 @@ pub struct TensorEntry {
 
 impl TensorEntry {
     /// The first `n` values as `f64` (empty for dtypes without a plain element layout).
-    pub fn leading(&self, n: usize) -> Vec<f64> {
+    pub(crate) fn leading(&self, n: usize) -> Vec<f64> {
         leading_values(self.dtype, &self.data, n)
     }
 }
 
 /// One decoded burnpack file of a checkpoint.
-pub struct Pack {
+pub(crate) struct Pack {
     /// File name inside the checkpoint directory.
     pub file: String,
     /// File size in bytes.
@@ -54,7 +54,7 @@ pub struct Pack {
 }
 
 /// Everything `inspect` reports about one checkpoint.
-pub struct Inspection {
+pub(crate) struct Inspection {
     /// The checkpoint directory.
     pub path: PathBuf,
     /// Its manifest.
@@ -66,7 +66,7 @@ pub struct Inspection {
 }
 
 /// Reads the manifest of checkpoint `dir` (self-checksum verified).
-pub fn manifest(dir: &Path) -> Result<Manifest> {
+pub(crate) fn manifest(dir: &Path) -> Result<Manifest> {
     if !dir.is_dir() {
         anyhow::bail!("{}: not a directory", dir.display());
     }
@@ -76,7 +76,7 @@ pub fn manifest(dir: &Path) -> Result<Manifest> {
 }
 
 /// Reads and decodes the burnpack part `name` of checkpoint `dir` (checksum verified).
-pub fn read_pack(dir: &Path, name: &str, bytes: u64) -> Result<Pack> {
+pub(crate) fn read_pack(dir: &Path, name: &str, bytes: u64) -> Result<Pack> {
     let data = ckpt_core::read_part(dir, name)?;
     let path = dir.join(name);
     let bad = |e: burn_pack::Error| anyhow!("{}: not a valid burnpack file: {e}", path.display());
@@ -108,7 +108,7 @@ pub fn read_pack(dir: &Path, name: &str, bytes: u64) -> Result<Pack> {
 }
 
 /// Reads everything `inspect` shows about checkpoint `dir`.
-pub fn inspect(dir: &Path) -> Result<Inspection> {
+pub(crate) fn inspect(dir: &Path) -> Result<Inspection> {
     let manifest = manifest(dir)?;
     let mut packs = Vec::new();
     let mut trainer = None;
@@ -130,7 +130,7 @@ pub fn inspect(dir: &Path) -> Result<Inspection> {
 
 /// The safetensors-style name of a dtype (`F32`, `BF16`, `BOOL`, ...); quantized types get
 /// their debug form.
-pub fn dtype_name(d: DType) -> String {
+pub(crate) fn dtype_name(d: DType) -> String {
     match d {
         DType::F64 => "F64".into(),
         DType::F32 | DType::Flex32 => "F32".into(),
@@ -162,7 +162,7 @@ fn f16_to_f64(h: u16) -> f64 {
 }
 
 /// Decodes the first `n` elements of little-endian `data` of type `dtype` as `f64`.
-pub fn leading_values(dtype: DType, data: &[u8], n: usize) -> Vec<f64> {
+pub(crate) fn leading_values(dtype: DType, data: &[u8], n: usize) -> Vec<f64> {
     macro_rules! take {
         ($size:expr, $conv:expr) => {
             data.chunks_exact($size)
@@ -214,7 +214,7 @@ fn scalar_text(s: &Scalar) -> String {
 }
 
 /// The machine-readable form printed by `ckpt inspect --json`.
-pub fn to_json(i: &Inspection) -> serde_json::Value {
+pub(crate) fn to_json(i: &Inspection) -> serde_json::Value {
     let m = &i.manifest;
     let packs: Vec<_> = i
         .packs
@@ -273,7 +273,7 @@ pub fn to_json(i: &Inspection) -> serde_json::Value {
 }
 
 /// The human-readable form printed by `ckpt inspect`.
-pub fn to_text(i: &Inspection) -> String {
+pub(crate) fn to_text(i: &Inspection) -> String {
     use std::fmt::Write;
     let m = &i.manifest;
     let mut s = String::new();

@@ -6,6 +6,7 @@ use common::ckpt;
 use std::{fs, path::Path};
 
 use ckpt_core::{Engine, EngineConfig, Snapshot};
+use test_support::fs::{At, flip_byte};
 
 fn make_root(root: &Path, steps: &[u64]) {
     let (mut e, _) = Engine::open(EngineConfig::new(root)).unwrap();
@@ -48,10 +49,7 @@ fn ls_verify_gc() {
 
     // Corrupt one byte of step 20's model: verify names the file and fails, for the root and
     // for the checkpoint.
-    let f = root.join("step-00000020/model.bpk");
-    let mut b = fs::read(&f).unwrap();
-    b[7] ^= 1;
-    fs::write(&f, b).unwrap();
+    flip_byte(&root.join("step-00000020/model.bpk"), At::Offset(7), 1);
     let (code, _, err) = ckpt(&["verify", r]);
     assert_eq!(code, 1);
     assert!(

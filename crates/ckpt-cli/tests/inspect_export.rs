@@ -13,6 +13,7 @@ use std::{
 };
 
 use ckpt_demo::{self as demo, DemoConfig, Frequency};
+use test_support::fs::{At, flip_byte};
 
 const STEPS: u64 = 3;
 const SEED: u64 = 11;
@@ -229,11 +230,7 @@ fn bad_input_gives_one_line_errors_naming_the_file() {
     assert!(err.contains("m.safetensors"), "{err}");
 
     // One flipped byte in model.bpk: both commands fail on the checksum, naming the file.
-    let f = dir.join("model.bpk");
-    let mut b = fs::read(&f).unwrap();
-    let n = b.len();
-    b[n - 3] ^= 0x40;
-    fs::write(&f, b).unwrap();
+    flip_byte(&dir.join("model.bpk"), At::FromEnd(3), 0x40);
     let out = tmp.path().join("m.safetensors");
     for args in [
         vec!["inspect", d],

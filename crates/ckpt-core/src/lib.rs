@@ -23,16 +23,26 @@ mod checksum;
 mod durable;
 mod engine;
 mod error;
+#[cfg(feature = "failpoints")]
 pub mod failpoints;
+#[cfg(not(feature = "failpoints"))]
+#[allow(dead_code, unreachable_pub)]
+mod failpoints;
 mod frequency;
 mod latest;
 mod listing;
 mod lock;
 mod manifest;
 mod naming;
+// For the sibling crates' background threads (ckpt-zero's shard writers); not an API.
+#[doc(hidden)]
 pub mod priority;
+// Closures give the failpoints (compiled in with `failpoints`) an `io::Result` to return from.
+#[cfg_attr(not(feature = "failpoints"), allow(clippy::redundant_closure_call))]
 mod publish;
 mod recovery;
+// Closures give the failpoints (compiled in with `failpoints`) an `io::Result` to return from.
+#[cfg_attr(not(feature = "failpoints"), allow(clippy::redundant_closure_call))]
 mod retention;
 mod session;
 mod snapshot;

@@ -4,9 +4,8 @@
 
 use std::{fs, path::Path, process::Command};
 
-mod common;
-
 use ckpt_core::{Engine, EngineConfig, Retention, Snapshot, failpoints, read_latest, verify_root};
+use test_support::fs::tmp_entries;
 
 const ROOT_VAR: &str = "CKPT_TEST_CRASH_ROOT";
 const POINT_VAR: &str = "CKPT_TEST_CRASH_AT";
@@ -72,7 +71,7 @@ fn crash_at_every_failpoint_then_recover() {
             "{point}: {report:?}"
         );
         assert_eq!(!report.removed_tmp.is_empty(), had_tmp, "{point}");
-        assert!(common::tmp_entries(root).is_empty());
+        assert!(tmp_entries(root).is_empty());
         assert_eq!(
             read_latest(root).unwrap(),
             Some(format!("step-{want:08}")),

@@ -3,13 +3,12 @@
 
 use std::{fs, path::Path, time::Duration};
 
-mod common;
-
 use ckpt_core::{
     CheckpointStatus, Engine, EngineConfig, Error, FrequencyController, FrequencyPolicy, Retention,
     Snapshot, SubmitOutcome, list_checkpoints, read_latest, read_part, recover, verify_checkpoint,
     verify_root,
 };
+use test_support::fs::tmp_entries;
 
 fn snap(step: u64) -> Snapshot {
     let a: Vec<u8> = (0..1000u32).map(|i| (i as u64 * 31 + step) as u8).collect();
@@ -51,7 +50,7 @@ fn publishes_layout_manifest_and_latest() {
     );
     assert!(root.join("step-00000020/manifest.json").exists());
     // Nothing in flight is left behind.
-    assert!(common::tmp_entries(root).is_empty());
+    assert!(tmp_entries(root).is_empty());
     verify_root(root).unwrap();
 }
 
@@ -378,6 +377,6 @@ fn replace_swaps_an_existing_checkpoint_atomically() {
         read_part(&root.join("step-00000003"), "a.bin").unwrap(),
         vec![2; 64]
     );
-    assert!(common::tmp_entries(root).is_empty());
+    assert!(tmp_entries(root).is_empty());
     verify_root(root).unwrap();
 }

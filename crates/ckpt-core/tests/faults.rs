@@ -4,13 +4,12 @@
 
 use std::time::Duration;
 
-mod common;
-
 use ckpt_core::{
     Backpressure, Engine, EngineConfig, Error, Retention, Snapshot, Stage, SubmitOutcome,
     failpoints, read_latest, verify_root,
 };
 use fail::FailScenario;
+use test_support::fs::tmp_entries;
 
 fn snap(step: u64) -> Snapshot {
     Snapshot::new(step)
@@ -91,7 +90,7 @@ fn injected_error_at_every_failpoint_is_reported_and_publishes_nothing() {
             }
         }
         assert_eq!(
-            common::tmp_entries(root),
+            tmp_entries(root),
             Vec::<String>::new(),
             "{fp}: temporary data left behind"
         );
@@ -140,7 +139,7 @@ fn enospc_and_eio_keep_their_os_error() {
             other => panic!("{other:?}"),
         }
         assert!(read_latest(dir.path()).unwrap().is_none());
-        assert!(common::tmp_entries(dir.path()).is_empty());
+        assert!(tmp_entries(dir.path()).is_empty());
     }
     scenario.teardown();
 }
@@ -240,7 +239,7 @@ fn failed_replace_keeps_the_old_checkpoint() {
         assert_eq!(err.step(), Some(5), "{fp}: {err}");
         let now = ckpt_core::read_part(&dir.path().join("step-00000005"), "model.bin").unwrap();
         assert_eq!(now, old, "{fp}: the old checkpoint was lost");
-        assert!(common::tmp_entries(dir.path()).is_empty(), "{fp}");
+        assert!(tmp_entries(dir.path()).is_empty(), "{fp}");
         verify_root(dir.path()).unwrap();
     }
     scenario.teardown();

@@ -9,67 +9,23 @@
 //! without bound: a global allocator records the largest single allocation and refuses any
 //! over 256 MiB (which aborts the test binary).
 
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    path::{Path, PathBuf},
-    sync::atomic::{AtomicUsize, Ordering},
-};
+use std::path::{Path, PathBuf};
 
 use ckpt_core::{
     Engine, EngineConfig, FORMAT_VERSION, LATEST_FILE, MANIFEST_FILE, Manifest, Snapshot,
     list_checkpoints, read_latest, read_part, recover, verify_checkpoint, verify_root,
 };
 use proptest::prelude::*;
+use test_support::alloc::{REFUSE_OVER, Watchful};
 
-/// Records the largest allocation; refuses absurd ones.
-struct Watchful;
+#[global_allocator]
+static ALLOC: Watchful = Watchful::new(REFUSE_OVER);
 
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-const REFUSE_OVER: usize = 256 << 20;
 /// What any reader here may allocate at once (the checksum buffer is 1 MiB).
 const BOUND: usize = 16 << 20;
 
-// SAFETY: forwards to the system allocator; refusing (null) is allowed by `GlobalAlloc`.
-unsafe impl GlobalAlloc for Watchful {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        if layout.size() > REFUSE_OVER {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same layout contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        if layout.size() > REFUSE_OVER {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same layout contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        if new_size > REFUSE_OVER {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Watchful = Watchful;
-
 fn assert_bounded_allocations() {
-    let largest = LARGEST.load(Ordering::Relaxed);
-    assert!(
-        largest <= BOUND,
-        "a reader allocated {largest} bytes at once"
-    );
+    ALLOC.assert_bounded(BOUND);
 }
 
 const SELF_KEY: &str = "\"manifest_xxh3\": \"";

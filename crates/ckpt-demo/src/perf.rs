@@ -16,7 +16,7 @@
 //!   ([`proc_status_bytes`], [`reset_peak_rss`]; Linux only, `None`/`false` elsewhere).
 //!
 //! State sizes are model + AdamW (two moments) = 12 bytes per parameter of a
-//! [`Mlp`](crate::model::Mlp); [`STATE_SIZES`] lists the ones the benches use.
+//! [`crate::model::Mlp`]; [`STATE_SIZES`] lists the ones the benches use.
 
 use std::{
     fs,

@@ -68,6 +68,14 @@ impl ZeroConfig {
             return Err(Error::Config("--ranks must be at least 1".into()));
         }
         self.demo.validate()?;
+        if self.demo.backpressure != ckpt_core::Backpressure::Block || self.demo.max_in_flight != 1
+        {
+            return Err(Error::Config(
+                "ZeRO ranks keep one checkpoint in flight and wait for it before the next \
+                 (--backpressure block --max-in-flight 1)"
+                    .into(),
+            ));
+        }
         if self.demo.save_mode != crate::trainer::SaveMode::Async {
             return Err(Error::Config(
                 "ZeRO ranks checkpoint with --save-mode async only".into(),

@@ -5,6 +5,7 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use ckpt_burn::{Error, MODEL_FILE, OPTIM_FILE, latest_valid, restore, restore_latest};
 use ckpt_core::{Engine, EngineConfig, Retention, checkpoint_dir_name};
 use ckpt_demo::perf::{StateSize, TrainState};
+use test_support::fs::{At, flip_byte};
 
 const SMALL: StateSize = StateSize {
     label: "test",
@@ -24,8 +25,7 @@ fn restore_latest_falls_back_past_a_corrupt_newest_checkpoint() {
     let root = tmp.path().join("root");
     let mut st = TrainState::new(SMALL).expect("state");
     let (mut engine, _) =
-        Engine::open(EngineConfig::new(&root).retention(Retention::keep_all()))
-            .expect("engine");
+        Engine::open(EngineConfig::new(&root).retention(Retention::keep_all())).expect("engine");
     st.save_sync(&mut engine).expect("save 1");
     st.train_step();
     st.save_sync(&mut engine).expect("save 2");
@@ -40,10 +40,7 @@ fn restore_latest_falls_back_past_a_corrupt_newest_checkpoint() {
     // One flipped byte in the newest optimizer state: the older checkpoint is restored.
     let newest = root.join(checkpoint_dir_name(2));
     let optim_path = newest.join(OPTIM_FILE);
-    let mut bytes = std::fs::read(&optim_path).expect("read");
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x01;
-    std::fs::write(&optim_path, bytes).expect("write");
+    flip_byte(&optim_path, At::Middle, 0x01);
     assert_eq!(
         latest_valid(&root).expect("latest"),
         Some(root.join(checkpoint_dir_name(1)))

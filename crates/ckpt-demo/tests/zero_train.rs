@@ -6,12 +6,12 @@ mod common;
 
 use std::path::Path;
 
-use ckpt_demo::{self as demo, Frequency};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
-use ckpt_zero::ShardFormat;
 use ckpt_demo::zero::{ZeroConfig, run_threads};
+use ckpt_demo::{self as demo, Frequency};
+use ckpt_zero::ShardFormat;
 use ckpt_zero::shards::shard_file_name;
-use common::step_dir;
+use test_support::fs::step_dir;
 
 fn cfg(dir: &Path, ranks: usize, steps: u64) -> ZeroConfig {
     let mut z = common::small(dir, ranks, steps, std::time::Duration::from_secs(30));

@@ -37,8 +37,13 @@ use crate::collective::Collective;
 use crate::shards::{merge_optimizer_shards, shard_file_name};
 use crate::{Error, Result};
 
-/// Failpoint: a rank's checkpoint thread dies right before the gather (for fault tests).
+/// Failpoint: a rank's checkpoint thread dies right before the gather (for fault tests; with
+/// the `failpoints` feature).
+#[cfg(feature = "failpoints")]
 pub const FP_BEFORE_GATHER: &str = "zero_before_gather";
+#[cfg(not(feature = "failpoints"))]
+#[allow(dead_code)]
+const FP_BEFORE_GATHER: &str = "zero_before_gather";
 
 /// How sharded optimizer state is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

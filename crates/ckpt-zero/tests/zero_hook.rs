@@ -5,106 +5,22 @@
 
 use std::path::Path;
 
-use burn::data::dataloader::DataLoaderBuilder;
-use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::InMemDataset;
 use burn::module::Module;
-use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::OptimizerRecord;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
-use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
-use burn::optim::{AdamWConfig, OptimizerRecord};
 use burn::store::ModuleRecord;
-use burn::tensor::{Device, Tensor};
-use burn::train::{
-    InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
-    metric::LossMetric,
-};
+use burn::tensor::Device;
+use burn::train::{SupervisedTraining, metric::LossMetric};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids};
-use ckpt_core::{EngineConfig, checkpoint_dir_name};
+use ckpt_core::EngineConfig;
 use ckpt_zero::ShardFormat;
 use ckpt_zero::strategy::ZeroTrainingStrategy;
+use test_support::fs::step_dir;
+use test_support::tiny::{Tiny, learner, loaders};
 
-#[derive(Module, Debug)]
-struct Tiny {
-    l1: Linear,
-    act: Relu,
-    l2: Linear,
-}
-
-#[derive(Clone, Debug)]
-struct Sample {
-    x: [f32; 4],
-    y: f32,
-}
-
-#[derive(Clone, Debug)]
-struct Batch {
-    x: Tensor<2>,
-    y: Tensor<2>,
-}
-
-#[derive(Clone, Debug)]
-struct TinyBatcher;
-
-impl Batcher<Sample, Batch> for TinyBatcher {
-    fn batch(&self, items: Vec<Sample>, device: &Device) -> Batch {
-        let n = items.len();
-        let xs: Vec<f32> = items.iter().flat_map(|s| s.x).collect();
-        let ys: Vec<f32> = items.iter().map(|s| s.y).collect();
-        Batch {
-            x: Tensor::<1>::from_floats(xs.as_slice(), device).reshape([n, 4]),
-            y: Tensor::<1>::from_floats(ys.as_slice(), device).reshape([n, 1]),
-        }
-    }
-}
-
-impl Tiny {
-    fn new(device: &Device) -> Self {
-        device.seed(3);
-        assign_param_ids(
-            Self {
-                l1: LinearConfig::new(4, 8).init(device),
-                act: Relu::new(),
-                l2: LinearConfig::new(8, 1).init(device),
-            },
-            3,
-        )
-    }
-    fn regress(&self, b: Batch) -> RegressionOutput {
-        let out = self.l2.forward(self.act.forward(self.l1.forward(b.x)));
-        let loss = MseLoss::new().forward(out.clone(), b.y.clone(), Reduction::Mean);
-        RegressionOutput::new(loss, out, b.y)
-    }
-}
-
-impl TrainStep for Tiny {
-    type Input = Batch;
-    type Output = RegressionOutput;
-    fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
-        let o = self.regress(b);
-        TrainOutput::new(self, o.loss.backward(), o)
-    }
-}
-
-impl InferenceStep for Tiny {
-    type Input = Batch;
-    type Output = RegressionOutput;
-    fn step(&self, b: Batch) -> RegressionOutput {
-        self.regress(b)
-    }
-}
-
-fn data() -> Vec<Sample> {
-    (0..64)
-        .map(|i| {
-            let v = i as f32 / 64.0;
-            Sample {
-                x: [v, 1.0 - v, v * v, 0.5],
-                y: 2.0 * v - 0.3,
-            }
-        })
-        .collect()
+/// The model every rank starts from: the backend RNG seeded with 3, parameter ids from seed 3.
+fn tiny(device: &Device) -> Tiny {
+    assign_param_ids(Tiny::seeded(device, 3), 3)
 }
 
 /// Trains `epochs` epochs on `ranks` ranks, checkpointing every 3 optimizer steps.
@@ -132,16 +48,8 @@ fn train_with(
     budget: Option<f64>,
 ) {
     let device = Device::flex().autodiff();
-    let train = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(8)
-        .build(InMemDataset::new(data()));
-    let valid = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(16)
-        .build(InMemDataset::new(data()));
-    let scheduler = CosineAnnealingLrSchedulerConfig::new(1e-2, 100)
-        .init()
-        .unwrap();
-    let learner = Learner::new(Tiny::new(&device), AdamWConfig::new().init(), scheduler);
+    let (train, valid) = loaders(8, None);
+    let learner = learner(tiny(&device));
 
     // The lines a user adds:
     let mut zero = ZeroTrainingStrategy::new(device, ranks, EngineConfig::new(root), every)
@@ -171,10 +79,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn dir(root: &Path, step: u64) -> std::path::PathBuf {
-    root.join(checkpoint_dir_name(step))
-}
-
 /// The steps of every checkpoint under `root`, all verified.
 fn published_steps(root: &Path) -> Vec<u64> {
     ckpt_core::verify_root(root)
@@ -188,8 +92,8 @@ fn published_steps(root: &Path) -> Vec<u64> {
 fn assert_same_records(a: &Path, b: &Path, step: u64) {
     for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
         assert_eq!(
-            std::fs::read(dir(a, step).join(f)).unwrap(),
-            std::fs::read(dir(b, step).join(f)).unwrap(),
+            std::fs::read(step_dir(a, step).join(f)).unwrap(),
+            std::fs::read(step_dir(b, step).join(f)).unwrap(),
             "{f} at step {step}"
         );
     }
@@ -246,14 +150,14 @@ fn two_ranks_in_burns_learner_publish_the_bytes_of_one() {
     assert_eq!(published, vec![3, 6, 9, 12, 15]);
     for step in [3, 9, 15] {
         assert_same_records(&one, &two, step);
-        let d = dir(&two, step);
-        Tiny::new(&Device::flex()).load_record(ModuleRecord::load(d.join(MODEL_FILE)).unwrap());
+        let d = step_dir(&two, step);
+        tiny(&Device::flex()).load_record(ModuleRecord::load(d.join(MODEL_FILE)).unwrap());
         OptimizerRecord::load(d.join(OPTIM_FILE)).unwrap();
         LrSchedulerRecord::load(d.join(SCHEDULER_FILE)).unwrap();
     }
     assert_ne!(
-        std::fs::read(dir(&two, 3).join(MODEL_FILE)).unwrap(),
-        std::fs::read(dir(&two, 15).join(MODEL_FILE)).unwrap()
+        std::fs::read(step_dir(&two, 3).join(MODEL_FILE)).unwrap(),
+        std::fs::read(step_dir(&two, 15).join(MODEL_FILE)).unwrap()
     );
 }
 
@@ -264,7 +168,7 @@ fn per_rank_checkpoints_from_the_learner_resume_on_one_rank() {
     let root = tmp.path().join("zero");
     // Each of 2 ranks reads half the data: 4 steps an epoch, checkpoints at 3 and 6.
     train(&root, 2, 2, ShardFormat::PerRank, false, false);
-    let m = ckpt_core::verify_checkpoint(&dir(&root, 6)).unwrap();
+    let m = ckpt_core::verify_checkpoint(&step_dir(&root, 6)).unwrap();
     assert_eq!((m.world_size, m.layout.as_str()), (2, "per-rank"));
     assert!(m.file("optim.rank-1-of-2.bpk").is_some());
     // Resume on one rank, which reads all the data (8 steps an epoch): epoch 2 goes on after
@@ -272,6 +176,6 @@ fn per_rank_checkpoints_from_the_learner_resume_on_one_rank() {
     train(&root, 1, 3, ShardFormat::Consolidated, false, true);
     let steps = published_steps(&root);
     assert_eq!(steps, vec![3, 6, 9, 12, 15, 18]);
-    let m = ckpt_core::verify_checkpoint(&dir(&root, 18)).unwrap();
+    let m = ckpt_core::verify_checkpoint(&step_dir(&root, 18)).unwrap();
     assert_eq!((m.world_size, m.layout.as_str()), (1, "consolidated"));
 }

@@ -1,11 +1,11 @@
 //! What the ZeRO trainer tests share: a small, fast configuration.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use ckpt_demo::{DemoConfig, Frequency};
 use ckpt_demo::zero::ZeroConfig;
+use ckpt_demo::{DemoConfig, Frequency};
 
 /// `ranks` ranks training a 2 x 32 MLP on 100 samples in batches of 8 to `steps`, saving every
 /// 4 steps, keeping everything; `timeout` for every collective call.
@@ -21,9 +21,4 @@ pub fn small(dir: &Path, ranks: usize, steps: u64, timeout: Duration) -> ZeroCon
     let mut z = ZeroConfig::new(d, ranks);
     z.timeout = timeout;
     z
-}
-
-/// The checkpoint directory of `step` under `root`.
-pub fn step_dir(root: &Path, step: u64) -> PathBuf {
-    root.join(ckpt_core::checkpoint_dir_name(step))
 }

@@ -23,7 +23,11 @@
 mod engine;
 mod thread;
 
+/// Conformance checks for [`Collective`] implementations (feature `testing`).
+#[cfg(feature = "testing")]
 pub mod conformance;
+/// Building `mpirun` commands for tests (feature `testing`).
+#[cfg(feature = "testing")]
 pub mod mpi_launch;
 
 #[cfg(feature = "mpi")]

@@ -14,12 +14,12 @@
 //!   the main thread, in the same order on every rank, before handing them to other threads:
 //!   concurrent `MPI_Comm_dup` from several threads is fragile in MPI implementations.
 //! * Collectives are built on non-blocking point-to-point messages (`MPI_Isend`/`MPI_Irecv` of
-//!   frames of at most [`CHUNK_SIZE`](super::CHUNK_SIZE) bytes plus a header), completed by
+//!   frames of at most [`super::CHUNK_SIZE`] bytes plus a header), completed by
 //!   polling `MPI_Test` with short sleeps that back off up to 1 ms, so waiting neither spins a
 //!   core nor ignores the deadline. `MPI_Allreduce` is not used (its summation order is
 //!   unspecified); sums use the same fixed tree as every other backend.
 //! * A dead MPI process is not reported by MPI to its peers; the launcher (`mpirun`) kills the
-//!   job, and until then peers see [`CollectiveError::Timeout`](super::CollectiveError::Timeout).
+//!   job, and until then peers see [`super::CollectiveError::Timeout`].
 
 use std::mem::ManuallyDrop;
 use std::sync::OnceLock;
