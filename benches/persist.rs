@@ -1,16 +1,18 @@
 //! Persist throughput of the ckpt-core pipeline beside the physical floor (plain `write` +
 //! `fsync` of the same bytes to the same filesystem), in the same run. The measurement kernels
-//! are `ckpt_demo::perf`, shared with `examples/bench_report.rs`.
+//! are `ckpt_demo::perf`, shared with `examples/bench_report/`.
 //!
 //! `CKPT_BENCH_MIB` sets the state size (default 1024 MiB, written as 8 equal parts).
 //! `CKPT_BENCH_DIR` sets where to write (default: a temporary directory under `target/`).
+// `criterion_group!` and `criterion_main!` generate undocumented public functions.
+#![allow(missing_docs)]
 
 mod common;
 
 use std::time::Duration;
 
-use ckpt_demo::perf::{engine_persist, persist_parts, write_fsync_floor};
 use ckpt_core::{Engine, EngineConfig, Retention};
+use ckpt_demo::perf::{engine_persist, persist_parts, write_fsync_floor};
 use common::bench_dir;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 

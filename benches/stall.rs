@@ -11,18 +11,20 @@
 //!
 //! Only the save call is timed. Between saves one (untimed) training step updates the state, as
 //! in a real run, and the previous save is allowed to finish (untimed). The measurement kernels
-//! are `ckpt_demo::perf`, shared with `examples/bench_report.rs`.
+//! are `ckpt_demo::perf`, shared with `examples/bench_report/`.
 //!
 //! `CKPT_STALL_SIZES` picks sizes (comma-separated of `10mb,100mb,1gb,4gb`; default the first
 //! three). `CKPT_BENCH_DIR` sets where to write (default: a temporary directory under
 //! `target/`).
+// `criterion_group!` and `criterion_main!` generate undocumented public functions.
+#![allow(missing_docs)]
 
 mod common;
 
 use std::time::Duration;
 
-use ckpt_demo::perf::{MemcpyFloor, StateSize, TrainState};
 use ckpt_core::{Engine, EngineConfig, Retention};
+use ckpt_demo::perf::{MemcpyFloor, StateSize, TrainState};
 use common::bench_dir;
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 

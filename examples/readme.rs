@@ -22,6 +22,7 @@ use ckpt_zero::collective::Collective;
 use ckpt_zero::{ShardFormat, ShardJob};
 
 /// "Adding checkpointing to an existing Burn program".
+#[rustfmt::skip] // verbatim from the README
 fn learner_hook<M: LearnerModel>(
     train: TrainLoader<M>,
     valid: ValidLoader<M>,
@@ -47,6 +48,7 @@ fn learner_hook<M: LearnerModel>(
 }
 
 /// "Using the engine directly".
+#[rustfmt::skip] // verbatim from the README
 fn engine_directly(step: u64, bytes: Vec<u8>) -> anyhow::Result<()> {
     use ckpt_core::{Engine, EngineConfig, Retention, Snapshot};
 
@@ -63,6 +65,7 @@ fn engine_directly(step: u64, bytes: Vec<u8>) -> anyhow::Result<()> {
 }
 
 /// "Using the engine directly": a training loop of your own with a `CheckpointSession`.
+#[rustfmt::skip] // verbatim from the README
 fn session_loop<M: Module + 'static>(
     mut model: M,
     mut optim: ModuleOptimizer,
@@ -95,6 +98,7 @@ fn session_loop<M: Module + 'static>(
 }
 
 /// "ZeRO-1 on several ranks": inside Burn's learner.
+#[rustfmt::skip] // verbatim from the README
 fn zero_strategy<M: LearnerModel>(
     training: SupervisedTraining<M>,
     learner: Learner<M>,
@@ -110,6 +114,7 @@ fn zero_strategy<M: LearnerModel>(
 }
 
 /// "ZeRO-1 on several ranks": from your own loop.
+#[rustfmt::skip] // verbatim from the README
 fn zero_own_loop<M: Module + 'static>(
     mut model: M,
     mut optim: ModuleOptimizer,

@@ -44,9 +44,9 @@ use clap::{Parser, ValueEnum};
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 
 /// Exit status: a stop signal ended the run and its final checkpoint is durable.
-pub const EXIT_STOPPED: u8 = 75;
+pub(crate) const EXIT_STOPPED: u8 = 75;
 /// Exit status: a stop signal ended the run, but the grace period ran out first.
-pub const EXIT_GRACE_EXPIRED: u8 = 76;
+pub(crate) const EXIT_GRACE_EXPIRED: u8 = 76;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Mode {
@@ -203,9 +203,7 @@ fn run_zero(
             ckpt_demo::zero::run_threads(&z, on_step).context("training failed")?,
         ),
         #[cfg(feature = "mpi")]
-        Dist::Mpi => {
-            ckpt_demo::zero::run_mpi(&z, on_step, conclude).context("training failed")?
-        }
+        Dist::Mpi => ckpt_demo::zero::run_mpi(&z, on_step, conclude).context("training failed")?,
         #[cfg(not(feature = "mpi"))]
         Dist::Mpi => bail!("--dist mpi needs a build with `--features mpi`"),
     }
@@ -471,7 +469,11 @@ fn conclude(
         report
             .resumed_from
             .as_ref()
-            .map(|p| format!(", resumed from step {} ({})", report.start_step, p.display()))
+            .map(|p| format!(
+                ", resumed from step {} ({})",
+                report.start_step,
+                p.display()
+            ))
             .unwrap_or_default()
     );
     Ok(0)
@@ -479,7 +481,7 @@ fn conclude(
 
 /// Runs the trainer with command-line `argv` (program name first); returns the exit status.
 /// `main` is this on the process's arguments; the reliability tests call it in child processes.
-pub fn cli(argv: impl IntoIterator<Item = OsString>) -> u8 {
+pub(crate) fn cli(argv: impl IntoIterator<Item = OsString>) -> u8 {
     let args = match Args::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) => {

@@ -12,7 +12,9 @@ fn every_readme_snippet_is_in_the_compiled_example() {
     let mut rest = readme;
     while let Some(start) = rest.find("```rust\n") {
         let body = &rest[start + "```rust\n".len()..];
-        let end = body.find("```").expect("an unterminated rust block in the README");
+        let end = body
+            .find("```")
+            .expect("an unterminated rust block in the README");
         let lines: Vec<&str> = body[..end].lines().map(str::trim).collect();
         assert!(
             example.windows(lines.len()).any(|w| w == lines.as_slice()),

@@ -178,9 +178,7 @@ fn the_grace_period_bounds_the_wait_for_the_final_checkpoint() {
 fn ranks_stop_and_resume(ranks: usize, format: &str, mpi: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let with = |t: Trainer| {
-        let t = t
-            .arg("--shard-format", format)
-            .arg("--grace-period", 30);
+        let t = t.arg("--shard-format", format).arg("--grace-period", 30);
         if mpi {
             t.arg("--dist", "mpi")
         } else {
@@ -224,14 +222,18 @@ fn ranks_stop_and_resume(ranks: usize, format: &str, mpi: bool) {
     let line = out
         .line("stopped by ")
         .unwrap_or_else(|| panic!("no stop line:\n{}", out.stderr));
-    assert!(mpi || line.starts_with(&format!("stopped by {name} ")), "{line}");
-    let (_, at) = line.split_once(" at step ").expect("the stop line names the step");
-    let k: u64 = at
-        .split(':')
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap();
-    assert!(k >= seen && k < STEPS, "stopped at {k}, signal after {seen}");
+    assert!(
+        mpi || line.starts_with(&format!("stopped by {name} ")),
+        "{line}"
+    );
+    let (_, at) = line
+        .split_once(" at step ")
+        .expect("the stop line names the step");
+    let k: u64 = at.split(':').next().and_then(|s| s.parse().ok()).unwrap();
+    assert!(
+        k >= seen && k < STEPS,
+        "stopped at {k}, signal after {seen}"
+    );
     assert!(line.contains("is durable"), "{line}");
     let steps = assert_published_valid(&dir);
     assert_eq!(steps.last(), Some(&k), "{}", out.stderr);

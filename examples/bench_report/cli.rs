@@ -11,7 +11,7 @@ use clap::Parser;
 /// Run the burn-ckpt performance comparisons and write a Markdown report with plots.
 #[derive(Debug, Parser)]
 #[command(about)]
-pub struct Args {
+pub(crate) struct Args {
     /// State sizes for the stall, durability, restore and memory rows (of 10mb, 100mb, 1gb,
     /// 4gb). Default 10mb,100mb,1gb (10mb with --quick). A size needs about 5x its state in
     /// free memory (the state, the memcpy floor's two buffers, copy-on-write and encoding).
@@ -39,7 +39,7 @@ pub struct Args {
 }
 
 /// The model and schedule of a measured training run (sections 3 and 6).
-pub struct E2eShape {
+pub(crate) struct E2eShape {
     pub hidden: usize,
     pub layers: usize,
     pub steps: u64,
@@ -87,7 +87,7 @@ impl E2eShape {
 }
 
 /// What the run measures, from the flags (`--quick` picks the small variant of each).
-pub struct Plan {
+pub(crate) struct Plan {
     /// State sizes of sections 1, 4 and 5, smallest first.
     pub sizes: Vec<StateSize>,
     /// Saves measured per mode and size.
@@ -108,7 +108,7 @@ pub struct Plan {
 
 impl Plan {
     /// The plan for `args`; fails on an unknown `--sizes` label.
-    pub fn from_args(args: &Args) -> Result<Self> {
+    pub(crate) fn from_args(args: &Args) -> Result<Self> {
         let quick = args.quick;
         let sizes = sizes(args)?;
         let reps = args.reps.unwrap_or(if quick { 2 } else { 5 }).max(1);
@@ -136,7 +136,7 @@ impl Plan {
     }
 
     /// Units of work for the progress bar (one per repetition or phase).
-    pub fn units(&self) -> u64 {
+    pub(crate) fn units(&self) -> u64 {
         (self.sizes.len() * (self.reps + 3) + self.persist_reps + 11 + 2 * self.zero_rounds) as u64
     }
 }
@@ -163,7 +163,7 @@ fn sizes(args: &Args) -> Result<Vec<StateSize>> {
 }
 
 /// The `cargo run` command line that reproduces this run (profile, features and flags).
-pub fn cmdline() -> String {
+pub(crate) fn cmdline() -> String {
     let rest: Vec<String> = std::env::args().skip(1).collect();
     let features = match (cfg!(debug_assertions), cfg!(feature = "plots")) {
         (false, true) => " --release --features plots",

@@ -5,7 +5,7 @@ use serde_json::json;
 use crate::{machine::machine, report::Inputs};
 
 /// The raw samples as JSON.
-pub fn write_json(i: &Inputs) -> serde_json::Value {
+pub(crate) fn write_json(i: &Inputs) -> serde_json::Value {
     json!({
         "command": i.cmdline,
         "started": i.started,

@@ -1,7 +1,7 @@
 //! The machine description in the report's header: CPU and memory, load average and date.
 
 /// CPU model, core count and memory of this machine.
-pub fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -25,14 +25,14 @@ pub fn machine() -> String {
 }
 
 /// The 1, 5 and 15 minute load averages.
-pub fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
 }
 
 /// UTC date and time from the system clock (civil-from-days, no time-zone database needed).
-pub fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()) as i64;

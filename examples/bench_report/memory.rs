@@ -18,7 +18,7 @@ use crate::{
 
 #[derive(Debug, Default, Clone)]
 /// Section 5 samples of one state size.
-pub struct MemRow {
+pub(crate) struct MemRow {
     /// Peak RSS growth over a plain training step (the reference).
     pub step_peak: u64,
     /// Peak RSS growth over save + next step + persist, per mode.
@@ -36,13 +36,13 @@ pub struct MemRow {
 
 impl MemRow {
     /// `peak` over the plain training step.
-    pub fn extra(&self, peak: u64) -> u64 {
+    pub(crate) fn extra(&self, peak: u64) -> u64 {
         peak.saturating_sub(self.step_peak)
     }
 }
 
 /// Peak resident-set growth while `f` runs, in bytes.
-pub fn peak_growth(reset_ok: &mut bool, f: impl FnOnce() -> Result<()>) -> Result<u64> {
+pub(crate) fn peak_growth(reset_ok: &mut bool, f: impl FnOnce() -> Result<()>) -> Result<u64> {
     *reset_ok &= reset_peak_rss();
     let base = proc_status_bytes("VmRSS").unwrap_or(0);
     f()?;
@@ -51,7 +51,7 @@ pub fn peak_growth(reset_ok: &mut bool, f: impl FnOnce() -> Result<()>) -> Resul
 }
 
 /// Measures the memory of each route on `st` (`budget`: the trainer's default memory budget).
-pub fn measure(
+pub(crate) fn measure(
     st: &mut TrainState,
     sv: &mut Savers,
     budget: u64,
@@ -106,7 +106,7 @@ pub fn measure(
 }
 
 /// Writes section 5.
-pub fn write_section(w: &mut String, i: &Inputs) {
+pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     let _ = writeln!(w, "## 5. Peak extra memory\n");
     let reset = i.stall.iter().all(|r| r.mem.hwm_reset);
     let _ = writeln!(

@@ -17,7 +17,7 @@ use crate::{
 
 #[derive(Debug, Clone)]
 /// Section 3 samples: one run of the example trainer.
-pub struct RunRow {
+pub(crate) struct RunRow {
     pub name: String,
     pub mode: Option<SaveMode>,
     pub budget: Option<f64>,
@@ -31,7 +31,7 @@ pub struct RunRow {
 impl RunRow {
     /// Training-loop time: every step (including any slowdown from a concurrent persist) plus
     /// every stall on the training thread. Set-up and the final drain are excluded.
-    pub fn train_ms(&self) -> f64 {
+    pub(crate) fn train_ms(&self) -> f64 {
         self.report.step_ms.iter().sum::<f64>()
             + self.report.saves.iter().map(|s| s.stall_ms).sum::<f64>()
     }
@@ -63,7 +63,7 @@ fn plan(every: u64) -> [(&'static str, Frequency, SaveMode); 11] {
 }
 
 /// Runs the example trainer in every configuration of [`plan`], under `tmp`.
-pub fn measure(shape: &E2eShape, tmp: &Path, p: &Progress) -> Result<Vec<RunRow>> {
+pub(crate) fn measure(shape: &E2eShape, tmp: &Path, p: &Progress) -> Result<Vec<RunRow>> {
     let mut rows = Vec::new();
     for (i, (name, freq, mode)) in plan(shape.every).into_iter().enumerate() {
         rows.push(run_one(i, name, freq, mode, shape, tmp, p)?);
@@ -147,7 +147,7 @@ fn pair_with_baselines(rows: &mut [RunRow]) {
 
 /// The baselines (runs without checkpoints) of section 3, summarized.
 #[derive(Debug, Clone, Copy)]
-pub struct Baselines {
+pub(crate) struct Baselines {
     /// Mean training-loop time of the baselines.
     pub mean: f64,
     /// Spread of the baselines' training-loop times over their mean (NaN for fewer than two).
@@ -160,7 +160,7 @@ pub struct Baselines {
 
 impl Baselines {
     /// Summarizes the baselines among `e2e`.
-    pub fn of(e2e: &[RunRow]) -> Self {
+    pub(crate) fn of(e2e: &[RunRow]) -> Self {
         let base: Vec<&RunRow> = e2e.iter().filter(|r| r.mode.is_none()).collect();
         let base_ms: Vec<f64> = base.iter().map(|r| r.train_ms()).collect();
         let base_mean = base_ms.iter().sum::<f64>() / base_ms.len().max(1) as f64;
@@ -191,14 +191,14 @@ impl Baselines {
 /// steps x the run's median step time, over steps x median. Checkpoints add to it (stalls, the
 /// slower steps while a persist runs); a change in machine load between runs, which moves every
 /// step alike, does not. Baselines have some too (warm-up, load spikes): subtract theirs.
-pub fn excess_frac(r: &RunRow) -> f64 {
+pub(crate) fn excess_frac(r: &RunRow) -> f64 {
     let med = median(&r.report.step_ms);
     let n = r.report.step_ms.len() as f64;
     (r.train_ms() - n * med) / (n * med)
 }
 
 /// The overhead split into stalls and slower steps (fractions of the baseline).
-pub fn overhead_parts(r: &RunRow, base: f64) -> (f64, f64) {
+pub(crate) fn overhead_parts(r: &RunRow, base: f64) -> (f64, f64) {
     let base = r.paired.map_or(base, |p| p.0);
     // `+ 0.0`: an empty float sum is -0.0.
     let stalls: f64 = r.report.saves.iter().map(|s| s.stall_ms).sum::<f64>() + 0.0;
@@ -209,18 +209,18 @@ pub fn overhead_parts(r: &RunRow, base: f64) -> (f64, f64) {
 /// Overhead of `r` against the mean baseline, as a fraction.
 /// Configurations are compared with their neighbouring baselines, baselines with the mean of
 /// all baselines.
-pub fn overhead(r: &RunRow, base: f64) -> f64 {
+pub(crate) fn overhead(r: &RunRow, base: f64) -> f64 {
     r.train_ms() / r.paired.map_or(base, |p| p.0) - 1.0
 }
 
 /// The noise of [`overhead`] for `r`: its neighbouring baselines' difference, or else the
 /// spread of all baselines.
-pub fn overhead_noise(r: &RunRow, global: f64) -> f64 {
+pub(crate) fn overhead_noise(r: &RunRow, global: f64) -> f64 {
     r.paired.map_or(global, |p| p.1)
 }
 
 /// Writes section 3.
-pub fn write_section(w: &mut String, i: &Inputs, b: &Baselines) {
+pub(crate) fn write_section(w: &mut String, i: &Inputs, b: &Baselines) {
     let Baselines {
         mean: base_mean,
         noise,

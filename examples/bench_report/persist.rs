@@ -16,7 +16,7 @@ use crate::{
 
 #[derive(Debug, Clone)]
 /// Section 2 samples: the engine and the write + fsync floor, alternating.
-pub struct PersistRow {
+pub(crate) struct PersistRow {
     pub bytes: u64,
     pub floor_ms: Vec<f64>,
     pub engine_ms: Vec<f64>,
@@ -24,18 +24,18 @@ pub struct PersistRow {
 
 impl PersistRow {
     /// Engine throughput as a fraction of the floor's (median floor time / median engine time).
-    pub fn ratio(&self) -> f64 {
+    pub(crate) fn ratio(&self) -> f64 {
         median(&self.floor_ms) / median(&self.engine_ms)
     }
 
     /// The floor's throughput in MB/s (medians).
-    pub fn floor_mbps(&self) -> f64 {
+    pub(crate) fn floor_mbps(&self) -> f64 {
         mb(self.bytes as f64) / (median(&self.floor_ms) / 1e3)
     }
 }
 
 /// Persists `total` bytes in 8 parts `reps` times each way, under `tmp`.
-pub fn measure(total: usize, reps: usize, tmp: &Path, p: &Progress) -> Result<PersistRow> {
+pub(crate) fn measure(total: usize, reps: usize, tmp: &Path, p: &Progress) -> Result<PersistRow> {
     let parts = persist_parts(total, 8);
     let root = tmp.join("persist-engine");
     let mut engine = open_engine(&root, Retention::keep_all())?;
@@ -67,7 +67,7 @@ pub fn measure(total: usize, reps: usize, tmp: &Path, p: &Progress) -> Result<Pe
 }
 
 /// Writes section 2.
-pub fn write_section(w: &mut String, i: &Inputs) {
+pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     let persist_ratio = i.persist.ratio();
     let floor_mbps = i.persist.floor_mbps();
     let _ = writeln!(w, "## 2. Persist throughput\n");

@@ -160,7 +160,7 @@ fn memory_bars(i: &Inputs) -> Vec<Bar> {
 
 /// Without the `plots` feature: warns and draws nothing.
 #[cfg(not(feature = "plots"))]
-pub fn draw_plots(_: &Inputs, _: &Path, p: &Progress) -> Vec<(String, String)> {
+pub(crate) fn draw_plots(_: &Inputs, _: &Path, p: &Progress) -> Vec<(String, String)> {
     p.line(
         "warning: built without the `plots` feature; tables written, plots skipped \
          (cargo run --release --features plots --example bench_report)",

@@ -8,7 +8,7 @@ use std::{
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Progress of the run: a bar on a terminal, plain lines otherwise.
-pub struct Progress {
+pub(crate) struct Progress {
     pb: ProgressBar,
     tty: bool,
     start: Instant,
@@ -16,7 +16,7 @@ pub struct Progress {
 
 impl Progress {
     /// A bar of `total` units (hidden when stderr is not a terminal).
-    pub fn new(total: u64) -> Self {
+    pub(crate) fn new(total: u64) -> Self {
         let tty = std::io::stderr().is_terminal();
         let pb = if tty {
             let pb = ProgressBar::new(total);
@@ -38,7 +38,7 @@ impl Progress {
     }
 
     /// A line that stays (a result or a phase).
-    pub fn line(&self, msg: impl AsRef<str>) {
+    pub(crate) fn line(&self, msg: impl AsRef<str>) {
         let msg = format!(
             "[{:>6.1}s] {}",
             self.start.elapsed().as_secs_f64(),
@@ -52,17 +52,17 @@ impl Progress {
     }
 
     /// The current activity (bar message only).
-    pub fn status(&self, msg: impl Into<String>) {
+    pub(crate) fn status(&self, msg: impl Into<String>) {
         self.pb.set_message(msg.into());
     }
 
     /// One unit of work done.
-    pub fn done_unit(&self) {
+    pub(crate) fn done_unit(&self) {
         self.pb.inc(1);
     }
 
     /// Removes the bar at the end of the measurements.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.pb.finish_and_clear();
     }
 }

@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// Everything the report is written from: the run's description and every section's samples.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     pub args: &'a Args,
     pub cmdline: String,
     pub started: String,
@@ -34,7 +34,7 @@ pub struct Inputs<'a> {
 }
 
 /// The Markdown report.
-pub fn write_report(i: &Inputs) -> String {
+pub(crate) fn write_report(i: &Inputs) -> String {
     let mut s = String::new();
     let w = &mut s;
     let base = Baselines::of(i.e2e);

@@ -16,7 +16,7 @@ use crate::{
 
 /// Restores the newest checkpoint under `async_root` `restore_reps` times, alternating with
 /// plain reads of its files, into `row`.
-pub fn measure(
+pub(crate) fn measure(
     row: &mut StallRow,
     async_root: &Path,
     restore_reps: usize,
@@ -44,7 +44,7 @@ pub fn measure(
 }
 
 /// Writes section 4.
-pub fn write_section(w: &mut String, i: &Inputs) {
+pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     let floor_mbps = i.persist.floor_mbps();
     let _ = writeln!(w, "## 4. Time to durable and restore\n");
     let _ = writeln!(

@@ -23,7 +23,7 @@ use crate::{
 
 #[derive(Debug, Clone)]
 /// Section 1, 4 and 5 samples of one state size.
-pub struct StallRow {
+pub(crate) struct StallRow {
     pub size: StateSize,
     pub bytes: u64,
     pub async_ms: Vec<f64>,
@@ -77,7 +77,7 @@ impl StallRow {
 }
 
 /// Opens an engine on `root` with `retention`.
-pub fn open_engine(root: &Path, retention: Retention) -> Result<Engine> {
+pub(crate) fn open_engine(root: &Path, retention: Retention) -> Result<Engine> {
     let (e, _) = Engine::open(EngineConfig::new(root).retention(retention))
         .with_context(|| format!("opening {}", root.display()))?;
     Ok(e)
@@ -85,7 +85,7 @@ pub fn open_engine(root: &Path, retention: Retention) -> Result<Engine> {
 
 /// The save routes compared on one state: ours async and blocking, each with its engine, and
 /// Burn's built-in checkpointer writing into its directory.
-pub struct Savers {
+pub(crate) struct Savers {
     /// Engine of the async saves.
     pub ea: Engine,
     /// Engine of the blocking saves.
@@ -96,7 +96,7 @@ pub struct Savers {
 
 /// Measures sections 1, 4 and 5 for one state size (`reps` saves per mode, `restore_reps`
 /// restores), with checkpoints under `tmp`.
-pub fn measure(
+pub(crate) fn measure(
     size: StateSize,
     reps: usize,
     restore_reps: usize,
@@ -211,7 +211,7 @@ fn save_turns(
 }
 
 /// Writes section 1: the stall ratios, the stall times and where the async stall goes.
-pub fn write_section(w: &mut String, i: &Inputs) {
+pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     let _ = writeln!(w, "## 1. Training-thread stall per save\n");
     let _ = writeln!(
         w,

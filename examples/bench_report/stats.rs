@@ -5,12 +5,12 @@ use std::time::Duration;
 use burn_ckpt::ckpt_core::SaveRoute;
 
 /// A duration in milliseconds.
-pub fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
 /// The median; NaN for no samples.
-pub fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -25,7 +25,7 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// The smallest and the largest sample.
-pub fn min_max(v: &[f64]) -> (f64, f64) {
+pub(crate) fn min_max(v: &[f64]) -> (f64, f64) {
     v.iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
             (a.min(x), b.max(x))
@@ -33,13 +33,13 @@ pub fn min_max(v: &[f64]) -> (f64, f64) {
 }
 
 /// `median [min-max]` with a precision suited to the magnitude.
-pub fn med_range(v: &[f64]) -> String {
+pub(crate) fn med_range(v: &[f64]) -> String {
     let (lo, hi) = min_max(v);
     format!("{} [{}-{}]", num(median(v)), num(lo), num(hi))
 }
 
 /// A number with a precision suited to its magnitude; `n/a` if not finite.
-pub fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     if !x.is_finite() {
         "n/a".into()
     } else if x == 0.0 {
@@ -58,12 +58,12 @@ pub fn num(x: f64) -> String {
 }
 
 /// Bytes in MB (10^6).
-pub fn mb(bytes: f64) -> f64 {
+pub(crate) fn mb(bytes: f64) -> f64 {
     bytes / 1e6
 }
 
 /// The name of a save route for the tables.
-pub fn route_name(r: Option<SaveRoute>) -> &'static str {
+pub(crate) fn route_name(r: Option<SaveRoute>) -> &'static str {
     match r {
         Some(SaveRoute::Background) => "background",
         Some(SaveRoute::Blocking) => "blocking",
@@ -72,6 +72,6 @@ pub fn route_name(r: Option<SaveRoute>) -> &'static str {
 }
 
 /// The verdict column of the targets table.
-pub fn verdict(ok: bool) -> &'static str {
+pub(crate) fn verdict(ok: bool) -> &'static str {
     if ok { "**met**" } else { "**missed**" }
 }

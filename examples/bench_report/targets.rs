@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// Writes the targets table.
-pub fn write_section(w: &mut String, i: &Inputs, base: &Baselines) {
+pub(crate) fn write_section(w: &mut String, i: &Inputs, base: &Baselines) {
     // The targets name 1 GB; other sizes are in the tables.
     let big = i
         .stall

@@ -18,7 +18,7 @@ use crate::{
 
 #[derive(Debug, Clone)]
 /// Section 6 samples of one shard format.
-pub struct ZeroRow {
+pub(crate) struct ZeroRow {
     pub format: ShardFormat,
     pub persist_ms: Vec<f64>,
     pub stall_ms: Vec<f64>,
@@ -38,7 +38,12 @@ impl ZeroRow {
 }
 
 /// Runs the ZeRO loop `rounds` times per shard format, alternating, under `tmp`.
-pub fn measure(shape: &E2eShape, rounds: usize, tmp: &Path, p: &Progress) -> Result<Vec<ZeroRow>> {
+pub(crate) fn measure(
+    shape: &E2eShape,
+    rounds: usize,
+    tmp: &Path,
+    p: &Progress,
+) -> Result<Vec<ZeroRow>> {
     let mut rows = vec![
         ZeroRow::new(ShardFormat::Consolidated),
         ZeroRow::new(ShardFormat::PerRank),
@@ -78,7 +83,7 @@ pub fn measure(shape: &E2eShape, rounds: usize, tmp: &Path, p: &Progress) -> Res
 }
 
 /// Writes section 6.
-pub fn write_section(w: &mut String, i: &Inputs) {
+pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     let zs = i.zero_shape;
     let _ = writeln!(w, "## 6. ZeRO-1: consolidated vs per-rank shards\n");
     let (c, pr) = (&i.zero[0], &i.zero[1]);

@@ -30,19 +30,19 @@ use burn_ckpt::ckpt_core;
 pub(crate) use test_support::fs::{step_dir, tmp_entries};
 
 /// Environment variable carrying the trainer's arguments, one per line.
-pub const CHILD_ARGS: &str = "BURN_CKPT_RELIABILITY_ARGS";
+pub(crate) const CHILD_ARGS: &str = "BURN_CKPT_RELIABILITY_ARGS";
 /// Environment variable carrying failpoints for the child: `name=action;name=action`.
-pub const CHILD_FAILPOINTS: &str = "BURN_CKPT_RELIABILITY_FAILPOINTS";
+pub(crate) const CHILD_FAILPOINTS: &str = "BURN_CKPT_RELIABILITY_FAILPOINTS";
 /// The files of a checkpoint compared byte for byte.
-pub const FILES: [&str; 4] = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE];
+pub(crate) const FILES: [&str; 4] = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE];
 /// Exit status of a trainer stopped by a signal with its final checkpoint durable.
-pub const EXIT_STOPPED: i32 = train_cli::EXIT_STOPPED as i32;
+pub(crate) const EXIT_STOPPED: i32 = train_cli::EXIT_STOPPED as i32;
 /// Exit status of a trainer whose grace period ran out.
-pub const EXIT_GRACE_EXPIRED: i32 = train_cli::EXIT_GRACE_EXPIRED as i32;
+pub(crate) const EXIT_GRACE_EXPIRED: i32 = train_cli::EXIT_GRACE_EXPIRED as i32;
 
 /// The child side: runs the example trainer when [`CHILD_ARGS`] is set, else returns. Each
 /// test file calls it from its `#[test] fn child_entry()`.
-pub fn child_entry() {
+pub(crate) fn child_entry() {
     let Ok(args) = std::env::var(CHILD_ARGS) else {
         return;
     };
@@ -59,14 +59,14 @@ pub fn child_entry() {
 
 /// A trainer invocation being built.
 #[derive(Debug, Clone)]
-pub struct Trainer {
+pub(crate) struct Trainer {
     args: Vec<String>,
     failpoints: Vec<(String, String)>,
 }
 
 /// The example trainer on root `dir` with small, fast settings (a 2-layer MLP of width 32,
 /// 100 samples in batches of 8, seed 7, no retention).
-pub fn trainer(dir: &Path) -> Trainer {
+pub(crate) fn trainer(dir: &Path) -> Trainer {
     let mut t = Trainer {
         args: Vec::new(),
         failpoints: Vec::new(),
@@ -86,7 +86,7 @@ pub fn trainer(dir: &Path) -> Trainer {
 
 impl Trainer {
     /// Sets `--flag value` (replacing an earlier value of the same flag).
-    pub fn arg(mut self, flag: &str, value: impl std::fmt::Display) -> Self {
+    pub(crate) fn arg(mut self, flag: &str, value: impl std::fmt::Display) -> Self {
         match self.args.iter().position(|a| a == flag) {
             Some(i) if i + 1 < self.args.len() => self.args[i + 1] = value.to_string(),
             _ => {
@@ -97,26 +97,26 @@ impl Trainer {
         self
     }
     /// Adds a bare `--flag`.
-    pub fn flag(mut self, flag: &str) -> Self {
+    pub(crate) fn flag(mut self, flag: &str) -> Self {
         self.args.push(flag.to_string());
         self
     }
     /// `--steps N`.
-    pub fn steps(self, n: u64) -> Self {
+    pub(crate) fn steps(self, n: u64) -> Self {
         self.arg("--steps", n)
     }
     /// `--save-every N`.
-    pub fn save_every(self, n: u64) -> Self {
+    pub(crate) fn save_every(self, n: u64) -> Self {
         self.arg("--save-every", n)
     }
     /// Configures a failpoint (`ckpt_core::failpoints::*`) in the child.
-    pub fn failpoint(mut self, name: &str, action: impl Into<String>) -> Self {
+    pub(crate) fn failpoint(mut self, name: &str, action: impl Into<String>) -> Self {
         self.failpoints.push((name.to_string(), action.into()));
         self
     }
 
     /// The command re-executing this test binary as the trainer.
-    pub fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut c = Command::new(std::env::current_exe().expect("test binary path"));
         c.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ARGS, self.args.join("\n"))
@@ -134,7 +134,7 @@ impl Trainer {
     }
 
     /// Runs to completion.
-    pub fn run(&self) -> Finished {
+    pub(crate) fn run(&self) -> Finished {
         let t0 = Instant::now();
         let out = self.command().output().expect("spawning the trainer");
         Finished {
@@ -145,7 +145,7 @@ impl Trainer {
     }
 
     /// Runs to completion and asserts success.
-    pub fn run_ok(&self) -> Finished {
+    pub(crate) fn run_ok(&self) -> Finished {
         let f = self.run();
         assert!(
             f.status.success(),
@@ -159,7 +159,7 @@ impl Trainer {
 
     /// The command running this trainer as `n` MPI ranks under `mpirun` (each rank re-executes
     /// this test binary); `None` when `mpirun` is not installed.
-    pub fn mpirun_command(&self, n: usize) -> Option<Command> {
+    pub(crate) fn mpirun_command(&self, n: usize) -> Option<Command> {
         let mut c = burn_ckpt::ckpt_zero::collective::mpi_launch::mpirun_command(n, false)?;
         let me = self.command();
         c.args(["-x", CHILD_ARGS, "-x", CHILD_FAILPOINTS]);
@@ -175,13 +175,13 @@ impl Trainer {
     }
 
     /// Starts the trainer with its stderr streamed line by line.
-    pub fn spawn(&self) -> Running {
+    pub(crate) fn spawn(&self) -> Running {
         spawn_command(self.command())
     }
 }
 
 /// Starts `cmd` with its stderr streamed line by line.
-pub fn spawn_command(mut cmd: Command) -> Running {
+pub(crate) fn spawn_command(mut cmd: Command) -> Running {
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -207,7 +207,7 @@ pub fn spawn_command(mut cmd: Command) -> Running {
 
 /// A finished trainer.
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     /// Exit status.
     pub status: ExitStatus,
     /// Everything it wrote on stderr.
@@ -218,24 +218,24 @@ pub struct Finished {
 
 impl Finished {
     /// The first stderr line starting with `prefix`.
-    pub fn line(&self, prefix: &str) -> Option<&str> {
+    pub(crate) fn line(&self, prefix: &str) -> Option<&str> {
         self.stderr.lines().find(|l| l.starts_with(prefix))
     }
     /// The last `step N/M` progress line's N.
-    pub fn last_step_line(&self) -> Option<u64> {
+    pub(crate) fn last_step_line(&self) -> Option<u64> {
         self.stderr.lines().rev().find_map(progress_step)
     }
 }
 
 /// The step of a `step N/M ...` progress line.
-pub fn progress_step(line: &str) -> Option<u64> {
+pub(crate) fn progress_step(line: &str) -> Option<u64> {
     let rest = line.strip_prefix("step ")?;
     rest.split('/').next()?.parse().ok()
 }
 
 /// A running trainer whose stderr is watched.
 #[derive(Debug)]
-pub struct Running {
+pub(crate) struct Running {
     /// The child process.
     pub child: Child,
     lines: Receiver<String>,
@@ -245,13 +245,17 @@ pub struct Running {
 
 impl Running {
     /// Process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Waits for a stderr line matching `pred`; panics after `timeout` or if the trainer
     /// exits first.
-    pub fn wait_for_line(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_for_line(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -276,13 +280,13 @@ impl Running {
     }
 
     /// Waits for a progress line at step `step` or later.
-    pub fn wait_for_step(&mut self, step: u64, timeout: Duration) -> u64 {
+    pub(crate) fn wait_for_step(&mut self, step: u64, timeout: Duration) -> u64 {
         let l = self.wait_for_line(timeout, |l| progress_step(l).is_some_and(|s| s >= step));
         progress_step(&l).unwrap_or(step)
     }
 
     /// Sends `signal` (a name for `kill -s`, e.g. `TERM`).
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let st = Command::new("kill")
             .args(["-s", signal, &self.pid().to_string()])
             .status()
@@ -291,7 +295,7 @@ impl Running {
     }
 
     /// Waits for the exit (panics after `timeout`, killing the child) and collects stderr.
-    pub fn wait(mut self, timeout: Duration) -> Finished {
+    pub(crate) fn wait(mut self, timeout: Duration) -> Finished {
         let deadline = Instant::now() + timeout;
         let status = loop {
             if let Some(st) = self.child.try_wait().expect("waiting for the trainer") {
@@ -320,7 +324,7 @@ impl Running {
 }
 
 /// Asserts the four checkpoint files of `a` and `b` are byte-identical.
-pub fn assert_same_files(a: &Path, b: &Path) {
+pub(crate) fn assert_same_files(a: &Path, b: &Path) {
     for f in FILES {
         let x = std::fs::read(a.join(f)).unwrap_or_else(|e| panic!("{}: {e}", a.join(f).display()));
         let y = std::fs::read(b.join(f)).unwrap_or_else(|e| panic!("{}: {e}", b.join(f).display()));
@@ -335,7 +339,7 @@ pub fn assert_same_files(a: &Path, b: &Path) {
 
 /// Asserts every file of checkpoint `a` but its manifest (which records times) equals the
 /// same file of `b`, and that both hold the same files.
-pub fn assert_same_checkpoint(a: &Path, b: &Path) {
+pub(crate) fn assert_same_checkpoint(a: &Path, b: &Path) {
     let names = |d: &Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)
             .unwrap_or_else(|e| panic!("{}: {e}", d.display()))
@@ -368,7 +372,7 @@ pub fn assert_same_checkpoint(a: &Path, b: &Path) {
 
 /// Asserts what a reader may rely on at any instant: every published checkpoint fully verifies
 /// and `latest` names one of them (or is absent while there are none). Returns the steps.
-pub fn assert_published_valid(root: &Path) -> Vec<u64> {
+pub(crate) fn assert_published_valid(root: &Path) -> Vec<u64> {
     let list = ckpt_core::verify_root(root)
         .unwrap_or_else(|e| panic!("{} does not verify: {e}", root.display()));
     let latest = ckpt_core::read_latest(root).expect("readable latest");
@@ -388,7 +392,7 @@ pub fn assert_published_valid(root: &Path) -> Vec<u64> {
 /// missing while checkpoints exist only in one window: a crash after the very first
 /// checkpoint's rename and before the first `latest` was written (start-up recovery then
 /// writes it). Returns the steps and whether that window was hit.
-pub fn assert_crash_consistent(root: &Path) -> (Vec<u64>, bool) {
+pub(crate) fn assert_crash_consistent(root: &Path) -> (Vec<u64>, bool) {
     let list = ckpt_core::list_checkpoints(root, true)
         .unwrap_or_else(|e| panic!("listing {}: {e}", root.display()));
     for c in &list {
@@ -419,20 +423,20 @@ pub fn assert_crash_consistent(root: &Path) -> (Vec<u64>, bool) {
 }
 
 /// The step `latest` names.
-pub fn latest_step(root: &Path) -> Option<u64> {
+pub(crate) fn latest_step(root: &Path) -> Option<u64> {
     ckpt_core::read_latest(root)
         .expect("readable latest")
         .and_then(|n| ckpt_core::parse_step_dir(&n))
 }
 
 /// Reads a JSON report.
-pub fn read_report(path: &Path) -> serde_json::Value {
+pub(crate) fn read_report(path: &Path) -> serde_json::Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("report {}: {e}", path.display()));
     serde_json::from_slice(&bytes).expect("report is JSON")
 }
 
 /// Copies a directory tree (files and directories only); a missing `from` gives an empty `to`.
-pub fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("creating the copy");
     if !from.exists() {
         return;
@@ -450,11 +454,11 @@ pub fn copy_tree(from: &Path, to: &Path) {
 
 /// A small, seeded, reproducible random number generator (SplitMix64).
 #[derive(Debug, Clone)]
-pub struct SplitMix(pub u64);
+pub(crate) struct SplitMix(pub u64);
 
 impl SplitMix {
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -462,7 +466,7 @@ impl SplitMix {
         z ^ (z >> 31)
     }
     /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
 }

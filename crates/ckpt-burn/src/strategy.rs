@@ -60,8 +60,7 @@ use burn::train::{
     TrainingStrategy, ValidLoader,
 };
 use ckpt_core::{
-    CheckpointSession, FrequencyPolicy, SaveRoute, SessionConfig, SubmitOutcome, Submitted,
-    checkpoint_dir_name,
+    CheckpointSession, FrequencyPolicy, SessionConfig, Submitted, checkpoint_dir_name,
 };
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
@@ -216,13 +215,7 @@ impl<M: LearnerModel> Run<'_, M> {
             let t0 = Instant::now();
             checkpointer.checkpoint(learner, key, store);
             tracing::debug!(step, handoff = ?t0.elapsed(), "checkpoint handed over");
-            Ok::<_, crate::Error>(Submitted {
-                outcome: SubmitOutcome::Queued {
-                    step,
-                    blocked: Duration::ZERO,
-                },
-                route: SaveRoute::Background,
-            })
+            Ok::<_, crate::Error>(Submitted::queued(step, Duration::ZERO))
         });
         if let Err(e) = saved {
             self.interrupter

@@ -230,6 +230,17 @@ pub struct Submitted {
     pub route: SaveRoute,
 }
 
+impl Submitted {
+    /// Handed to a background persist (in the background route) after waiting `blocked` for
+    /// a slot: what a capture that submits to a sharded saver or Burn's checkpointer returns.
+    pub fn queued(step: u64, blocked: Duration) -> Self {
+        Self {
+            outcome: SubmitOutcome::Queued { step, blocked },
+            route: SaveRoute::Background,
+        }
+    }
+}
+
 /// One rank's view of a step boundary, before the ranks agree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Proposal {
@@ -436,7 +447,10 @@ impl CheckpointSession {
 
     /// Whether the stop flag is set.
     pub fn stop_requested(&self) -> bool {
-        self.cfg.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst))
+        self.cfg
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::SeqCst))
     }
 
     /// Marks `step` as already saved (a resumed run starts from a checkpoint of it), so a
@@ -474,9 +488,7 @@ impl CheckpointSession {
             self.stopped_at = Some((step, Instant::now()));
         }
         let is_final = self.final_step == Some(step);
-        let save = self.cfg.enabled
-            && (agreed.save || is_final)
-            && self.last_saved != Some(step);
+        let save = self.cfg.enabled && (agreed.save || is_final) && self.last_saved != Some(step);
         Ok(Boundary {
             save,
             stop: agreed.stop,
@@ -795,7 +807,12 @@ mod tests {
     fn error_policy() {
         let cfg = SessionConfig::new(FrequencyPolicy::EverySteps(2)).end_step(6);
         assert!(run(cfg.clone(), 6, Some(2)).is_err(), "stop is the default");
-        let r = run(cfg.clone().on_save_error(SaveErrorPolicy::Continue), 6, Some(2)).unwrap();
+        let r = run(
+            cfg.clone().on_save_error(SaveErrorPolicy::Continue),
+            6,
+            Some(2),
+        )
+        .unwrap();
         assert_eq!(r.failed_saves.len(), 1);
         assert_eq!(r.failed_saves[0].step, Some(2));
         assert_eq!(r.saves.len(), 2);

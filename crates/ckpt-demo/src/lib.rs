@@ -19,8 +19,8 @@ pub use model::{
     synthetic_dataset,
 };
 pub use trainer::{
-    DemoConfig, DemoReport, FailedSave, Frequency, SaveErrorPolicy, SaveMode, SaveRecord,
-    StepInfo, StopOutcome, StopReport, data_loader, engine_config, fresh_model, open_engine, run,
+    DemoConfig, DemoReport, FailedSave, Frequency, SaveErrorPolicy, SaveMode, SaveRecord, StepInfo,
+    StopOutcome, StopReport, data_loader, engine_config, fresh_model, open_engine, run,
 };
 
 /// What can go wrong in a demo run.

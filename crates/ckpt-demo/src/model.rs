@@ -140,4 +140,3 @@ pub fn scheduler(lr: f64) -> Result<ModuleLrScheduler> {
         .init()
         .map_err(|e| Error::Config(e.to_string()))
 }
-

@@ -1,5 +1,5 @@
 //! Measurement kernels shared by the criterion benches (`benches/stall.rs`,
-//! `benches/persist.rs`) and the performance report (`examples/bench_report.rs`), so both
+//! `benches/persist.rs`) and the performance report (`examples/bench_report/`), so both
 //! measure exactly the same thing. Each kernel performs one operation and returns the time of
 //! the part that counts; setup and clean-up around it are untimed.
 //!

@@ -23,22 +23,24 @@ use std::{
 use burn::data::dataset::InMemDataset;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::optim::GradientsParams;
-use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::optim::ModuleOptimizer;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use ckpt_burn::{
     FrozenState, ResumableDataLoader, TrainerState, assign_param_ids, load_model, restore,
     step_seed,
 };
-pub use ckpt_core::{FailedSave, SaveErrorPolicy, SaveRecord, StopOutcome, StopReport};
 use ckpt_core::{
-    Backpressure, CheckpointSession, SaveTarget, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
-    SessionConfig, SessionReport, Submitted,
+    Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
+    SaveTarget, SessionConfig, SessionReport, Submitted,
 };
+pub use ckpt_core::{FailedSave, SaveErrorPolicy, SaveRecord, StopOutcome, StopReport};
 use serde::Serialize;
 
 use crate::baseline::BurnBaseline;
-use crate::model::{Backend, Batch, Mlp, Sample, SampleBatcher, optimizer, scheduler, synthetic_dataset};
+use crate::model::{
+    Backend, Batch, Mlp, Sample, SampleBatcher, optimizer, scheduler, synthetic_dataset,
+};
 use crate::{Error, Result};
 
 /// How checkpoints are written.
@@ -387,9 +389,7 @@ fn capture(
             // The optimizer record's size: the last checkpoint's bytes beyond the model
             // (`None` before the first).
             let model_bytes = frozen.model_bytes();
-            let optim_bytes = gate
-                .previous_bytes()
-                .map(|b| b.saturating_sub(model_bytes));
+            let optim_bytes = gate.previous_bytes().map(|b| b.saturating_sub(model_bytes));
             let route = gate.route(frozen.memory(optim_bytes), trainer.step);
             let outcome = e.submit(frozen.into_snapshot())?;
             Ok(Submitted { outcome, route })

@@ -220,12 +220,12 @@ fn run_rank(
             let mine = filter_optimizer(&dir.display().to_string(), full, |id| {
                 partition.owns(rank, id)
             })?;
-            optim = optim
-                .from_bytes(Bytes::from_bytes_vec(mine))
-                .map_err(|e| ckpt_zero::Error::Shard {
+            optim = optim.from_bytes(Bytes::from_bytes_vec(mine)).map_err(|e| {
+                ckpt_zero::Error::Shard {
                     file: dir.join(ckpt_burn::OPTIM_FILE),
                     reason: e.to_string(),
-                })?;
+                }
+            })?;
             sched = load_scheduler(dir, sched)?;
             let t = load_trainer_state(dir)?;
             if t.base_seed != d.seed {
@@ -258,10 +258,7 @@ fn run_rank(
     } else {
         0
     };
-    let need = save_memory(
-        model_bytes,
-        Some(2 * param_bytes(partition.owned_by(rank))),
-    );
+    let need = save_memory(model_bytes, Some(2 * param_bytes(partition.owned_by(rank))));
     let mut session = d.session();
     session.resumed_at(start);
     let mut zero = Zero1::new(&model, group);

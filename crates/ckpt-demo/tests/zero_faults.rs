@@ -7,9 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, TRAINER_FILE};
+use ckpt_demo::zero::run_threads;
 use ckpt_zero::ShardFormat;
 use ckpt_zero::checkpoint::FP_BEFORE_GATHER;
-use ckpt_demo::zero::run_threads;
 
 #[test]
 fn a_rank_dying_mid_gather_fails_every_rank_and_publishes_nothing() {

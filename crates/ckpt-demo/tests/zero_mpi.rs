@@ -9,9 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
+use ckpt_demo::zero::{ZeroConfig, run_mpi, run_threads};
 use ckpt_zero::ShardFormat;
 use ckpt_zero::collective::mpi_launch::mpirun_command;
-use ckpt_demo::zero::{ZeroConfig, run_mpi, run_threads};
 
 const CHILD: &str = "CKPT_ZERO_MPI_CHILD";
 

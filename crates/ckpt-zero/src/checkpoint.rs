@@ -328,7 +328,10 @@ impl<M: Module + 'static> ShardedSaver<M> {
     pub fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
         let root = self.root.clone();
         let outcomes = self.finish()?;
-        Ok(outcomes.into_iter().map(|o| shard_event(&root, o)).collect())
+        Ok(outcomes
+            .into_iter()
+            .map(|o| shard_event(&root, o))
+            .collect())
     }
 }
 
@@ -375,7 +378,9 @@ impl<M> Drop for ShardedSaver<M> {
         if let Some(t) = self.thread.take() {
             match t.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(rank = self.rank, error = %e, "closing the checkpoint engine failed"),
+                Ok(Err(e)) => {
+                    tracing::warn!(rank = self.rank, error = %e, "closing the checkpoint engine failed")
+                }
                 Err(_) => tracing::warn!(rank = self.rank, "the checkpoint thread panicked"),
             }
         }

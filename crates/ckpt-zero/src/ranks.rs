@@ -23,7 +23,10 @@ pub fn agree_on_boundary(group: &mut dyn Collective, mine: Proposal) -> Result<P
 /// result.
 pub fn join_ranks<T, E>(
     r0: std::result::Result<T, E>,
-    handles: Vec<(usize, std::thread::ScopedJoinHandle<'_, std::result::Result<(), E>>)>,
+    handles: Vec<(
+        usize,
+        std::thread::ScopedJoinHandle<'_, std::result::Result<(), E>>,
+    )>,
 ) -> std::result::Result<T, E>
 where
     E: From<Error> + std::fmt::Display,

@@ -59,8 +59,7 @@ use ckpt_burn::checkpointers::AlwaysSave;
 use ckpt_burn::strategy::{train_from_epoch, valid_epoch};
 use ckpt_burn::{DataCursor, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state};
 use ckpt_core::{
-    CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SaveRoute, SessionConfig,
-    SubmitOutcome, Submitted,
+    CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig, Submitted,
 };
 use crossbeam_channel::{Receiver, Sender};
 
@@ -409,13 +408,7 @@ impl<M: LearnerModel> RankRun<M> {
                             scheduler,
                             trainer: TrainerState::new(step, cursor, seed),
                         })?;
-                        Ok::<_, Error>(Submitted {
-                            outcome: SubmitOutcome::Queued {
-                                step,
-                                blocked: Duration::ZERO,
-                            },
-                            route: SaveRoute::Background,
-                        })
+                        Ok::<_, Error>(Submitted::queued(step, Duration::ZERO))
                     })?;
                 }
                 self.session.poll(saver)?;

@@ -3,7 +3,7 @@
 use std::process::Command;
 
 /// Runs the `ckpt` binary; returns (exit code, stdout, stderr).
-pub fn ckpt(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn ckpt(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ckpt"))
         .args(args)
         .output()

@@ -9,7 +9,7 @@ use ckpt_demo::{DemoConfig, Frequency};
 
 /// `ranks` ranks training a 2 x 32 MLP on 100 samples in batches of 8 to `steps`, saving every
 /// 4 steps, keeping everything; `timeout` for every collective call.
-pub fn small(dir: &Path, ranks: usize, steps: u64, timeout: Duration) -> ZeroConfig {
+pub(crate) fn small(dir: &Path, ranks: usize, steps: u64, timeout: Duration) -> ZeroConfig {
     let mut d = DemoConfig::new(dir);
     d.hidden = 32;
     d.layers = 2;
