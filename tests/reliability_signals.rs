@@ -176,6 +176,12 @@ fn the_grace_period_bounds_the_wait_for_the_final_checkpoint() {
 /// that step is in it), within the grace period; `--resume` to the end writes the bytes of the
 /// uninterrupted run. `mpi` runs the ranks as processes under `mpirun -n ranks`.
 fn ranks_stop_and_resume(ranks: usize, format: &str, mpi: bool) {
+    ranks_stop_and_resume_by(ranks, format, mpi, false)
+}
+
+/// As [`ranks_stop_and_resume`]; with `to_ranks` (under `mpirun` only) SIGTERM goes to every
+/// rank process itself, as a batch system that signals all processes of a job step does.
+fn ranks_stop_and_resume_by(ranks: usize, format: &str, mpi: bool, to_ranks: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let with = |t: Trainer| {
         let t = t.arg("--shard-format", format).arg("--grace-period", 30);
@@ -211,11 +217,19 @@ fn ranks_stop_and_resume(ranks: usize, format: &str, mpi: bool) {
     )
     .expect("launch");
     let seen = run.wait_for_step(9, LONG);
-    run.signal(if mpi { "USR1" } else { "TERM" });
+    if to_ranks {
+        run.signal_children("TERM");
+    } else {
+        run.signal(if mpi { "USR1" } else { "TERM" });
+    }
     let t0 = Instant::now();
     let out = run.wait(LONG);
     let took = t0.elapsed();
-    let name = if mpi { "SIGUSR1" } else { "SIGTERM" };
+    let name = if mpi && !to_ranks {
+        "SIGUSR1"
+    } else {
+        "SIGTERM"
+    };
     assert_eq!(out.status.code(), Some(EXIT_STOPPED), "{}", out.stderr);
     assert!(took < Duration::from_secs(30), "stopping took {took:?}");
     // Under mpirun, rank 0 may stop on another rank's signal before its own arrives.
@@ -264,4 +278,13 @@ fn sigterm_on_four_rank_threads_stops_all_ranks_at_one_step() {
 fn sigusr1_to_mpirun_with_four_ranks_stops_all_ranks_at_one_step() {
     ranks_stop_and_resume(4, "consolidated", true);
     ranks_stop_and_resume(4, "per-rank", true);
+}
+
+/// Under `mpirun -n 4 --dist mpi`: SIGTERM to every rank (not to `mpirun`), as Slurm's
+/// preemption does: every rank exits 75, and so does `mpirun`.
+#[cfg(feature = "mpi")]
+#[test]
+fn sigterm_to_every_mpi_rank_stops_all_ranks_at_one_step() {
+    ranks_stop_and_resume_by(4, "consolidated", true, true);
+    ranks_stop_and_resume_by(4, "per-rank", true, true);
 }

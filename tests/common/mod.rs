@@ -294,6 +294,26 @@ impl Running {
         assert!(st.success(), "kill -s {signal} failed");
     }
 
+    /// Sends `signal` to every child process of this one (the ranks, under `mpirun`).
+    pub(crate) fn signal_children(&self, signal: &str) {
+        let out = Command::new("pgrep")
+            .args(["-P", &self.pid().to_string()])
+            .output()
+            .expect("running pgrep");
+        let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert!(!pids.is_empty(), "no child processes to signal");
+        let st = Command::new("kill")
+            .arg("-s")
+            .arg(signal)
+            .args(&pids)
+            .status()
+            .expect("running kill");
+        assert!(st.success(), "kill -s {signal} {pids:?} failed");
+    }
+
     /// Waits for the exit (panics after `timeout`, killing the child) and collects stderr.
     pub(crate) fn wait(mut self, timeout: Duration) -> Finished {
         let deadline = Instant::now() + timeout;

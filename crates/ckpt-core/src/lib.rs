@@ -57,7 +57,7 @@ pub use engine::{
 pub use error::{Error, Result, Stage};
 pub use frequency::{FrequencyController, FrequencyPolicy};
 pub use latest::read_latest;
-pub use listing::{CheckpointInfo, CheckpointStatus, list_checkpoints};
+pub use listing::{CheckpointInfo, CheckpointStatus, list_checkpoints, verify_root};
 pub use lock::RootLock;
 pub use manifest::{FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};
 pub use naming::{LATEST_FILE, LOCK_FILE, checkpoint_dir_name, parse_step_dir};
@@ -70,4 +70,4 @@ pub use session::{
 };
 pub use snapshot::{Part, PartData, PartProducer, Snapshot};
 pub use staging::{StagingBuf, StagingError, StagingPool, StagingStats};
-pub use verify::{read_manifest, read_part, verify_checkpoint, verify_root};
+pub use verify::{read_manifest, read_part, verify_checkpoint};

@@ -1,5 +1,5 @@
 //! Listing a checkpoint root: the `step-*` directories it holds, each with how far it verified
-//! and whether `latest` names it.
+//! and whether `latest` names it, and verifying a whole root that way ([`verify_root`]).
 
 use std::{
     fs,
@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::{
     Error, Manifest, Result,
     latest::read_latest,
-    naming::parse_step_dir,
+    naming::{LATEST_FILE, parse_step_dir},
     verify::{Depth, check_checkpoint},
 };
 
@@ -96,4 +96,30 @@ pub(crate) fn step_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     }
     v.sort();
     Ok(v)
+}
+
+/// Verifies every checkpoint in `root` and that `latest`, if present, names a valid one (it may
+/// be missing or lag behind after a crash; recovery repairs both). Returns the list; the error
+/// is the first problem found.
+pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
+    let list = list_checkpoints(root, true)?;
+    if let Some(bad) = list.iter().find_map(|c| match &c.status {
+        CheckpointStatus::Invalid(r) => Some((c.path.clone(), r.clone())),
+        _ => None,
+    }) {
+        return Err(Error::corrupt(bad.0, bad.1));
+    }
+    match read_latest(root)? {
+        Some(name) if !list.iter().any(|c| c.latest) => {
+            return Err(Error::corrupt(
+                root.join(LATEST_FILE),
+                format!("names {name:?}, which is not a published checkpoint"),
+            ));
+        }
+        // No `latest` beside published checkpoints: a crash between the first publish's
+        // rename and its `latest` write. Nothing is wrong with the checkpoints, and the next
+        // start names the newest valid one (as when `latest` lags behind a newer checkpoint).
+        Some(_) | None => {}
+    }
+    Ok(list)
 }

@@ -5,12 +5,7 @@
 
 use std::{fs, path::Path};
 
-use crate::{
-    Error, FileEntry, MANIFEST_FILE, Manifest, Result, checksum,
-    latest::read_latest,
-    listing::{CheckpointInfo, CheckpointStatus, list_checkpoints},
-    naming::{LATEST_FILE, parse_step_dir},
-};
+use crate::{Error, FileEntry, MANIFEST_FILE, Manifest, Result, checksum, naming::parse_step_dir};
 
 /// Bytes read (and hashed) per step of a verified read: large enough for few system calls,
 /// small enough that the chunk is still in cache when it is hashed.
@@ -81,32 +76,6 @@ pub(crate) fn check_checkpoint(dir: &Path, depth: Depth) -> Result<Manifest> {
 /// checksum. Errors name the offending file.
 pub fn verify_checkpoint(dir: &Path) -> Result<Manifest> {
     check_checkpoint(dir, Depth::Full)
-}
-
-/// Verifies every checkpoint in `root` and that `latest`, if present, names a valid one (it may
-/// be missing or lag behind after a crash; recovery repairs both). Returns the list; the error
-/// is the first problem found.
-pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
-    let list = list_checkpoints(root, true)?;
-    if let Some(bad) = list.iter().find_map(|c| match &c.status {
-        CheckpointStatus::Invalid(r) => Some((c.path.clone(), r.clone())),
-        _ => None,
-    }) {
-        return Err(Error::corrupt(bad.0, bad.1));
-    }
-    match read_latest(root)? {
-        Some(name) if !list.iter().any(|c| c.latest) => {
-            return Err(Error::corrupt(
-                root.join(LATEST_FILE),
-                format!("names {name:?}, which is not a published checkpoint"),
-            ));
-        }
-        // No `latest` beside published checkpoints: a crash between the first publish's
-        // rename and its `latest` write. Nothing is wrong with the checkpoints, and the next
-        // start names the newest valid one (as when `latest` lags behind a newer checkpoint).
-        Some(_) | None => {}
-    }
-    Ok(list)
 }
 
 /// Reads one part of a checkpoint and checks it against the manifest.
