@@ -291,7 +291,7 @@ fn a_slow_disk_shows_backpressure_in_the_report_and_bounds_in_flight_saves() {
 }
 
 /// The same policies on ZeRO-1 ranks as on one: under `--on-save-error continue` a failed
-/// sharded save (EIO at rank 0's manifest fsync) is counted, every rank goes on and later
+/// sharded save (ENOSPC at rank 0's manifest fsync) is counted, every rank goes on and later
 /// saves publish the bytes of an undisturbed run; the last one failing still stops the run.
 /// Under `--snapshot-budget-mb`, saves too big for the budget are written while the ranks
 /// wait, with the same bytes, and the trainer says so.
@@ -308,7 +308,7 @@ fn zero_ranks_follow_on_save_error_and_the_snapshot_budget() {
         let out = ranks(trainer(&dir).steps(30).save_every(5))
             .arg("--on-save-error", "continue")
             .arg("--report", report.display())
-            .failpoint(failpoints::FSYNC_MANIFEST, "1*return(eio)")
+            .failpoint(failpoints::FSYNC_MANIFEST, "1*return(enospc)")
             .run_ok();
         let r = read_report(&report);
         let failed = r["failed_saves"].as_array().unwrap();
@@ -316,7 +316,7 @@ fn zero_ranks_follow_on_save_error_and_the_snapshot_budget() {
         assert_eq!(failed[0]["step"], 5);
         let msg = failed[0]["error"].as_str().unwrap();
         assert!(
-            msg.contains("checkpoint at step 5 ") && msg.contains(errno_text("eio")),
+            msg.contains("checkpoint at step 5 ") && msg.contains(errno_text("enospc")),
             "{msg}"
         );
         assert!(
