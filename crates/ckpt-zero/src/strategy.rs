@@ -32,6 +32,8 @@
 //!   read before the next step), then it moves over the dedicated checkpoint group in the
 //!   background like the example trainer's ZeRO loop. The stall is therefore a copy of the shard, not
 //!   a handle clone.
+//! - A stop through Burn's interrupter is agreed by all ranks at the next step boundary
+//!   (`ckpt_zero::agree_on_boundary`), and that step is checkpointed before training ends.
 //! - Checkpoints every N optimizer steps, or as often as an overhead budget allows
 //!   ([`ZeroTrainingStrategy::overhead_budget`]: rank 0's controller decides at each step and
 //!   broadcasts the decision over the training group); no gradient accumulation; the backend
