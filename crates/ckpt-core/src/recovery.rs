@@ -56,7 +56,10 @@ pub fn recover(root: &Path) -> Result<RecoveryReport> {
                 fs::remove_file(&p)
             };
             r.map_err(|e| Error::io(&p, e))?;
-            tracing::info!(path = %p.display(), "removed stale in-flight checkpoint data");
+            tracing::warn!(
+                path = %p.display(),
+                "removed unfinished checkpoint data left by an earlier run (never published)"
+            );
             report.removed_tmp.push(p);
         }
     }
