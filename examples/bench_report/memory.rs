@@ -157,7 +157,7 @@ pub(crate) fn write_section(w: &mut String, i: &Inputs) {
          written while training waits replaces nothing and peaks near one state (the model's \
          tensors copied out one at a time, which the allocator keeps, and the optimizer \
          record). Under a budget (`--snapshot-budget-mb`, default 1024 MiB) the trainer \
-         picks the background route only when its peak fits (`FrozenState::route_within`). \
+         picks the background route only when its peak fits (`ckpt_core::MemoryGate::route` on `FrozenState::memory`). \
          Budgets below that cannot be met through Burn's public API; the \
          trainer then saves blocking and warns.\n"
     );
