@@ -46,29 +46,25 @@ pub enum Error {
 /// Result alias.
 pub type Result<T> = std::result::Result<T, Error>;
 
-impl ckpt_core::SaveFailure for Error {
-    fn failed_step(&self) -> Option<u64> {
+impl Error {
+    /// The checkpoint error inside, if this is one.
+    fn save_failure(&self) -> Option<&dyn ckpt_core::SaveFailure> {
         match self {
-            Error::Core(e) => e.failed_step(),
-            Error::Burn(ckpt_burn::Error::Core(e)) => e.failed_step(),
-            Error::Zero(e) => e.failed_step(),
+            Error::Core(e) | Error::Burn(ckpt_burn::Error::Core(e)) => Some(e),
+            Error::Zero(e) => Some(e),
             _ => None,
         }
     }
+}
+
+impl ckpt_core::SaveFailure for Error {
+    fn failed_step(&self) -> Option<u64> {
+        self.save_failure().and_then(|e| e.failed_step())
+    }
     fn is_save_failure(&self) -> bool {
-        match self {
-            Error::Core(e) => e.is_save_failure(),
-            Error::Burn(ckpt_burn::Error::Core(e)) => e.is_save_failure(),
-            Error::Zero(e) => e.is_save_failure(),
-            _ => false,
-        }
+        self.save_failure().is_some_and(|e| e.is_save_failure())
     }
     fn after_publication(&self) -> bool {
-        match self {
-            Error::Core(e) => e.after_publication(),
-            Error::Burn(ckpt_burn::Error::Core(e)) => e.after_publication(),
-            Error::Zero(e) => e.after_publication(),
-            _ => false,
-        }
+        self.save_failure().is_some_and(|e| e.after_publication())
     }
 }
