@@ -8,12 +8,15 @@
 //! checks its size, and records the checksum the writer computed while writing.
 
 use std::{
-    fs,
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
 };
 
-use crate::checksum::HashingWriter;
+use crate::{
+    checksum::HashingWriter,
+    failpoints::durability_step,
+    storage::{LocalDisk, Storage},
+};
 
 /// A file that is complete and fsynced, with the size and XXH3-64 computed while writing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,24 +29,31 @@ pub struct DurableFile {
     pub xxh3: u64,
 }
 
-/// Writes `path` (which must not exist) through `fill`, fsyncs it, and returns its size and
-/// checksum. On error the partial file is removed.
+/// Writes `path` (which must not exist) on the local disk through `fill`, fsyncs it, and
+/// returns its size and checksum. On error the partial file is removed.
 pub fn write_durable_file(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<DurableFile> {
+    write_durable_file_in(&LocalDisk, path, fill)
+}
+
+/// [`write_durable_file`] through `storage`. The file's data is durable when this returns; its
+/// name is not (the publisher's rename into the checkpoint and the syncs after it are what
+/// make it part of a durable checkpoint).
+pub fn write_durable_file_in(
+    storage: &dyn Storage,
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<DurableFile> {
     let result = (|| {
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)?;
-        let file = crate::writeback::WritebackFile::new(file);
+        let file = storage.create_file(path)?;
         let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
         fill(&mut w)?;
         w.flush()?;
         let (buf, digest, size) = w.finish();
-        let file = buf.into_inner().map_err(|e| e.into_error())?.into_inner();
-        file.sync_all()?;
+        let mut file = buf.into_inner().map_err(|e| e.into_error())?;
+        durability_step!(FSYNC_DURABLE_FILE, file.sync())?;
         Ok(DurableFile {
             path: path.to_path_buf(),
             size,
@@ -51,7 +61,7 @@ pub fn write_durable_file(
         })
     })();
     if result.is_err() {
-        let _ = fs::remove_file(path);
+        let _ = storage.remove_file(path);
     }
     result
 }

@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::{
     Error, RecoveryReport, Result, Retention, RootLock, Snapshot, StagingPool, StagingStats,
     publish::Publisher, recovery,
+    storage::{LocalDisk, Storage},
 };
 
 /// What `submit` does when `max_in_flight` checkpoints are already being persisted.
@@ -52,6 +53,8 @@ pub struct EngineConfig {
     /// processes share the machine, where a niced persist thread gets little CPU, saves take
     /// longer to become durable and, with `Backpressure::Block`, the next save waits.
     pub persist_nice: Option<i32>,
+    /// Where the root lives: [`LocalDisk`] unless set ([`EngineConfig::storage`]).
+    pub storage: Arc<dyn Storage>,
 }
 
 impl EngineConfig {
@@ -65,7 +68,13 @@ impl EngineConfig {
             retention: Retention::keep_all(),
             staging_budget: 1 << 30,
             persist_nice: Some(Self::PERSIST_NICE),
+            storage: Arc::new(LocalDisk),
         }
+    }
+    /// Sets the storage the root lives on (the default is the local disk).
+    pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = storage;
+        self
     }
     /// The default nice value of the persist thread.
     pub const PERSIST_NICE: i32 = 10;
@@ -249,10 +258,11 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Takes the writer lock on the root, runs start-up recovery and starts the persist thread.
     pub fn open(config: EngineConfig) -> Result<(Self, RecoveryReport)> {
-        let lock = RootLock::acquire(&config.root)?;
-        let report = recovery::recover(&config.root)?;
+        let lock = RootLock::acquire_in(&*config.storage, &config.root)?;
+        let report = recovery::recover_in(&*config.storage, &config.root)?;
         let latest = report.latest.as_ref().map(|c| c.step);
         let publisher = Arc::new(Publisher::new(
+            config.storage.clone(),
             config.root.clone(),
             config.retention,
             latest,

@@ -59,3 +59,52 @@ macro_rules! io_failpoint {
     };
 }
 pub(crate) use io_failpoint;
+
+/// Durability steps the mutation check of the power-loss test can omit: with the failpoint of
+/// that name set to `return`, the step is skipped as if the code did not have it, and the crash
+/// test must then fail. Each names one sync the protocol relies on.
+pub mod omit {
+    /// Each part file's fsync.
+    pub const FSYNC_PART: &str = "ckpt::omit::fsync_part";
+    /// `manifest.json`'s fsync.
+    pub const FSYNC_MANIFEST: &str = "ckpt::omit::fsync_manifest";
+    /// The temporary directory's fsync, before its rename.
+    pub const FSYNC_TMP_DIR: &str = "ckpt::omit::fsync_tmp_dir";
+    /// The root's fsync after the rename (or exchange) to `step-*`.
+    pub const FSYNC_ROOT: &str = "ckpt::omit::fsync_root";
+    /// The fsync of the new `latest` file before it replaces the old one.
+    pub const FSYNC_LATEST_FILE: &str = "ckpt::omit::fsync_latest_file";
+    /// The root's fsync after `latest` is replaced: the durability every later step, retention
+    /// among them, waits for.
+    pub const FSYNC_ROOT_LATEST: &str = "ckpt::omit::fsync_root_latest";
+    /// Retention's root fsync after moving a checkpoint aside, before deleting its files.
+    pub const FSYNC_RETENTION: &str = "ckpt::omit::fsync_retention";
+    /// The fsync of a file written by `write_durable_file` (a ZeRO rank's shard) before it is
+    /// handed over for adoption.
+    pub const FSYNC_DURABLE_FILE: &str = "ckpt::omit::fsync_durable_file";
+
+    /// Every omission, in protocol order.
+    pub const ALL: &[&str] = &[
+        FSYNC_PART,
+        FSYNC_MANIFEST,
+        FSYNC_TMP_DIR,
+        FSYNC_ROOT,
+        FSYNC_LATEST_FILE,
+        FSYNC_ROOT_LATEST,
+        FSYNC_RETENTION,
+        FSYNC_DURABLE_FILE,
+    ];
+}
+
+/// Runs durability step `$e` (an `io::Result<()>`) unless the mutation check omits it through
+/// failpoint `omit::$name`; without the `failpoints` feature it always runs.
+macro_rules! durability_step {
+    ($name:ident, $e:expr) => {{
+        #[cfg(feature = "failpoints")]
+        let omitted = fail::eval($crate::failpoints::omit::$name, |_| ()).is_some();
+        #[cfg(not(feature = "failpoints"))]
+        let omitted = false;
+        if omitted { Ok(()) } else { $e }
+    }};
+}
+pub(crate) use durability_step;

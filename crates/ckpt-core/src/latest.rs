@@ -1,19 +1,27 @@
 //! The `latest` pointer: `ROOT/latest` holds the name of the newest published checkpoint and
 //! is only ever replaced atomically (temporary file, fsync, rename, fsync of the root).
 
-use std::{fs, io::Write, path::Path};
+use std::{io::Write, path::Path};
 
 use crate::{
     Error, Result,
-    failpoints::io_failpoint,
+    failpoints::{durability_step, io_failpoint},
     naming::{LATEST_FILE, TMP_PREFIX, nonce, parse_step_dir},
+    storage::{LocalDisk, Storage},
 };
 
-/// Reads `ROOT/latest` (None if absent).
+/// Reads `ROOT/latest` on the local disk (None if absent).
 pub fn read_latest(root: &Path) -> Result<Option<String>> {
+    read_latest_in(&LocalDisk, root)
+}
+
+/// Reads `ROOT/latest` through `storage` (None if absent). A pointer that names no checkpoint
+/// directory (empty, garbled) is [`Error::Corrupt`].
+pub fn read_latest_in(storage: &dyn Storage, root: &Path) -> Result<Option<String>> {
     let p = root.join(LATEST_FILE);
-    match fs::read_to_string(&p) {
-        Ok(s) => {
+    match storage.read(&p) {
+        Ok(bytes) => {
+            let s = String::from_utf8_lossy(&bytes);
             let name = s.trim().to_string();
             if parse_step_dir(&name).is_none() {
                 return Err(Error::corrupt(
@@ -29,38 +37,30 @@ pub fn read_latest(root: &Path) -> Result<Option<String>> {
 }
 
 /// Atomically replaces `ROOT/latest` with `name` (tmp + fsync + rename + fsync dir).
-pub(crate) fn write_latest(root: &Path, name: &str) -> std::io::Result<()> {
+pub(crate) fn write_latest(storage: &dyn Storage, root: &Path, name: &str) -> std::io::Result<()> {
     let tmp = root.join(format!("{TMP_PREFIX}latest-{}", nonce()));
     let res = (|| {
         io_failpoint!(WRITE_LATEST);
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
+        let mut f = storage.create_file(&tmp)?;
         f.write_all(name.as_bytes())?;
         f.write_all(b"\n")?;
-        f.sync_all()?;
+        durability_step!(FSYNC_LATEST_FILE, f.sync())?;
+        drop(f);
         io_failpoint!(RENAME_LATEST);
-        fs::rename(&tmp, root.join(LATEST_FILE))?;
-        fsync_dir(root)
+        storage.rename(&tmp, &root.join(LATEST_FILE))?;
+        durability_step!(FSYNC_ROOT_LATEST, storage.sync_dir(root))
     })();
     if res.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = storage.remove_file(&tmp);
     }
     res
 }
 
 /// Removes `ROOT/latest` durably; absent is fine.
-pub(crate) fn remove_latest(root: &Path) -> std::io::Result<()> {
-    match fs::remove_file(root.join(LATEST_FILE)) {
-        Ok(()) => fsync_dir(root),
+pub(crate) fn remove_latest(storage: &dyn Storage, root: &Path) -> std::io::Result<()> {
+    match storage.remove_file(&root.join(LATEST_FILE)) {
+        Ok(()) => storage.sync_dir(root),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// Makes the creations, renames and removals in `dir` durable (fsync of the directory), as
-/// every atomic step in the root — this pointer's replacement among them — relies on.
-pub(crate) fn fsync_dir(dir: &Path) -> std::io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }

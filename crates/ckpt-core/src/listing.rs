@@ -1,17 +1,15 @@
 //! Listing a checkpoint root: the `step-*` directories it holds, each with how far it verified
 //! and whether `latest` names it, and verifying a whole root that way ([`verify_root`]).
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::{
     Error, Manifest, Result,
-    latest::read_latest,
+    latest::read_latest_in,
     naming::{LATEST_FILE, parse_step_dir},
+    storage::{LocalDisk, Storage},
     verify::{Depth, check_checkpoint},
 };
 
@@ -45,18 +43,27 @@ pub enum CheckpointStatus {
     Invalid(String),
 }
 
-/// Lists `step-*` directories in `root`, oldest first. With `full`, every checksum is checked;
-/// otherwise only the manifest and file sizes.
+/// Lists `step-*` directories in local `root`, oldest first. With `full`, every checksum is
+/// checked; otherwise only the manifest and file sizes.
 pub fn list_checkpoints(root: &Path, full: bool) -> Result<Vec<CheckpointInfo>> {
-    let latest = read_latest(root).ok().flatten();
+    list_checkpoints_in(&LocalDisk, root, full)
+}
+
+/// [`list_checkpoints`] through `storage`.
+pub fn list_checkpoints_in(
+    st: &dyn Storage,
+    root: &Path,
+    full: bool,
+) -> Result<Vec<CheckpointInfo>> {
+    let latest = read_latest_in(st, root).ok().flatten();
     let (depth, verified) = if full {
         (Depth::Full, CheckpointStatus::Verified)
     } else {
         (Depth::Sizes, CheckpointStatus::SizesOk)
     };
     let mut out = Vec::new();
-    for (step, path) in step_dirs(root)? {
-        let (manifest, status) = match check_checkpoint(&path, depth) {
+    for (step, path) in step_dirs(st, root)? {
+        let (manifest, status) = match check_checkpoint(st, &path, depth) {
             Ok(m) => (Some(m), verified.clone()),
             Err(e) => (None, CheckpointStatus::Invalid(e.to_string())),
         };
@@ -79,19 +86,18 @@ pub fn list_checkpoints(root: &Path, full: bool) -> Result<Vec<CheckpointInfo>> 
 
 /// The `step-*` directories in `root` with their steps, oldest first, unverified. A missing
 /// root has none.
-pub(crate) fn step_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
-    let rd = match fs::read_dir(root) {
-        Ok(rd) => rd,
+pub(crate) fn step_dirs(st: &dyn Storage, root: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let entries = match st.list(root) {
+        Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(root, e)),
     };
     let mut v = Vec::new();
-    for ent in rd {
-        let ent = ent.map_err(|e| Error::io(root, e))?;
-        if let Some(step) = ent.file_name().to_str().and_then(parse_step_dir)
-            && ent.file_type().map(|t| t.is_dir()).unwrap_or(false)
+    for ent in entries {
+        if let Some(step) = parse_step_dir(&ent.name)
+            && ent.is_dir
         {
-            v.push((step, ent.path()));
+            v.push((step, root.join(&ent.name)));
         }
     }
     v.sort();
@@ -102,14 +108,19 @@ pub(crate) fn step_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// be missing or lag behind after a crash; recovery repairs both). Returns the list; the error
 /// is the first problem found.
 pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
-    let list = list_checkpoints(root, true)?;
+    verify_root_in(&LocalDisk, root)
+}
+
+/// [`verify_root`] through `storage`.
+pub fn verify_root_in(st: &dyn Storage, root: &Path) -> Result<Vec<CheckpointInfo>> {
+    let list = list_checkpoints_in(st, root, true)?;
     if let Some(bad) = list.iter().find_map(|c| match &c.status {
         CheckpointStatus::Invalid(r) => Some((c.path.clone(), r.clone())),
         _ => None,
     }) {
         return Err(Error::corrupt(bad.0, bad.1));
     }
-    match read_latest(root)? {
+    match read_latest_in(st, root)? {
         Some(name) if !list.iter().any(|c| c.latest) => {
             return Err(Error::corrupt(
                 root.join(LATEST_FILE),

@@ -4,20 +4,20 @@
 //! was written, so a failed checkpoint publishes nothing.
 
 use std::{
-    fs,
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use crate::{
     Error, FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest, PartData, Result, Retention,
     Snapshot, Stage, checksum,
-    failpoints::io_failpoint,
-    latest::{fsync_dir, read_latest, write_latest},
+    failpoints::{durability_step, io_failpoint},
+    latest::{read_latest_in, write_latest},
     naming::{LATEST_FILE, TMP_PREFIX, checkpoint_dir_name, nonce},
     retention::apply_retention,
+    storage::Storage,
 };
 
 const CHUNK: usize = 8 << 20;
@@ -34,6 +34,7 @@ pub(crate) struct Published {
 /// Publishes snapshots into one root. Shared by the persist thread and synchronous writes.
 #[derive(Debug)]
 pub(crate) struct Publisher {
+    storage: Arc<dyn Storage>,
     root: PathBuf,
     retention: Retention,
     /// Serializes the commit (rename, `latest`, retention); holds the newest published step.
@@ -65,8 +66,14 @@ impl<W> ErrorMemo<W> {
 }
 
 impl Publisher {
-    pub(crate) fn new(root: PathBuf, retention: Retention, latest: Option<u64>) -> Self {
+    pub(crate) fn new(
+        storage: Arc<dyn Storage>,
+        root: PathBuf,
+        retention: Retention,
+        latest: Option<u64>,
+    ) -> Self {
         Self {
+            storage,
             root,
             retention,
             commit: Mutex::new(latest),
@@ -79,12 +86,13 @@ impl Publisher {
         let step = snap.step;
         let target = self.root.join(checkpoint_dir_name(step));
         let replace = snap.replace;
-        if target.exists() && !replace {
+        let st = &*self.storage;
+        if st.exists(&target) && !replace {
             return Err(Error::AlreadyPublished { step, path: target });
         }
         let start = Instant::now();
         let tmp = self.root.join(format!("{TMP_PREFIX}{step}-{}", nonce()));
-        fs::create_dir(&tmp).map_err(|source| Error::Persist {
+        st.create_dir(&tmp).map_err(|source| Error::Persist {
             step,
             stage: Stage::CreateTmp,
             path: tmp.clone(),
@@ -94,7 +102,7 @@ impl Publisher {
         let manifest = match result {
             Ok(m) => m,
             Err(e) => {
-                let _ = fs::remove_dir_all(&tmp);
+                let _ = st.remove_dir_all(&tmp);
                 return Err(e);
             }
         };
@@ -109,6 +117,7 @@ impl Publisher {
 
     fn write_tmp(&self, tmp: &Path, snap: Snapshot) -> Result<Manifest> {
         let step = snap.step;
+        let st = &*self.storage;
         let mut files = Vec::with_capacity(snap.parts.len());
         for part in snap.parts {
             let path = tmp.join(&part.name);
@@ -121,8 +130,8 @@ impl Publisher {
             if let PartData::Adopted(durable) = part.data {
                 let adopted = (|| -> io::Result<u64> {
                     io_failpoint!(WRITE_PART);
-                    fs::rename(&durable.path, &path)?;
-                    Ok(fs::metadata(&path)?.len())
+                    st.rename(&durable.path, &path)?;
+                    Ok(st.metadata(&path)?.len)
                 })()
                 .map_err(|e| persist_err(Stage::WritePart, e))?;
                 if adopted != durable.size {
@@ -146,16 +155,12 @@ impl Publisher {
                 continue;
             }
             let (file, digest, size) = (|| -> Result<_> {
-                let create = || -> io::Result<fs::File> {
+                let create = || -> io::Result<Box<dyn crate::storage::WriteFile>> {
                     io_failpoint!(WRITE_PART);
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(&path)
+                    st.create_file(&path)
                 };
                 let file = create().map_err(|e| persist_err(Stage::WritePart, e))?;
-                let mut w =
-                    crate::checksum::HashingWriter::new(crate::writeback::WritebackFile::new(file));
+                let mut w = crate::checksum::HashingWriter::new(file);
                 match part.data {
                     PartData::Bytes(b) => write_chunked(&mut w, &b),
                     PartData::Shared(b) => write_chunked(&mut w, &b),
@@ -184,12 +189,12 @@ impl Publisher {
                     }
                 }
                 .map_err(|e| persist_err(Stage::WritePart, e))?;
-                let (file, digest, size) = w.finish();
-                Ok((file.into_inner(), digest, size))
+                Ok(w.finish())
             })()?;
+            let mut file = file;
             (|| -> io::Result<()> {
                 io_failpoint!(FSYNC_PART);
-                file.sync_all()
+                durability_step!(FSYNC_PART, file.sync())
             })()
             .map_err(|e| persist_err(Stage::FsyncPart, e))?;
             files.push(FileEntry {
@@ -218,24 +223,21 @@ impl Publisher {
             path: mpath.clone(),
             source,
         };
-        let mfile = (|| -> io::Result<fs::File> {
+        let mut mfile = (|| -> io::Result<Box<dyn crate::storage::WriteFile>> {
             io_failpoint!(WRITE_MANIFEST);
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&mpath)?;
+            let mut f = st.create_file(&mpath)?;
             f.write_all(&manifest.to_bytes())?;
             Ok(f)
         })()
         .map_err(|e| merr(Stage::WriteManifest, e))?;
         (|| -> io::Result<()> {
             io_failpoint!(FSYNC_MANIFEST);
-            mfile.sync_all()
+            durability_step!(FSYNC_MANIFEST, mfile.sync())
         })()
         .map_err(|e| merr(Stage::FsyncManifest, e))?;
         (|| -> io::Result<()> {
             io_failpoint!(FSYNC_TMP_DIR);
-            fsync_dir(tmp)
+            durability_step!(FSYNC_TMP_DIR, st.sync_dir(tmp))
         })()
         .map_err(|source| Error::Persist {
             step,
@@ -253,22 +255,23 @@ impl Publisher {
     fn commit(&self, step: u64, tmp: &Path, target: &Path, replace: bool) -> Result<Vec<u64>> {
         let mut latest = self.commit.lock().unwrap_or_else(|e| e.into_inner());
         let root = self.root.as_path();
-        let exchanged = replace && target.exists();
+        let st = &*self.storage;
+        let exchanged = replace && st.exists(target);
         let renamed = (|| -> io::Result<()> {
             io_failpoint!(RENAME);
             if exchanged {
-                return exchange(tmp, target);
+                return st.exchange(tmp, target);
             }
-            if target.exists() {
+            if st.exists(target) {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
                     "target directory exists",
                 ));
             }
-            fs::rename(tmp, target)
+            st.rename(tmp, target)
         })();
         if let Err(source) = renamed {
-            let _ = fs::remove_dir_all(tmp);
+            let _ = st.remove_dir_all(tmp);
             return Err(Error::Persist {
                 step,
                 stage: Stage::Rename,
@@ -278,13 +281,13 @@ impl Publisher {
         }
         let synced = (|| -> io::Result<()> {
             io_failpoint!(FSYNC_ROOT);
-            fsync_dir(root)
+            durability_step!(FSYNC_ROOT, st.sync_dir(root))
         })();
         if let Err(source) = synced {
             if exchanged {
                 // Put the old copy back; `tmp` then holds the new one, removed below.
-                let _ = exchange(tmp, target);
-                let _ = fs::remove_dir_all(tmp);
+                let _ = st.exchange(tmp, target);
+                let _ = st.remove_dir_all(tmp);
             } else {
                 self.unpublish(target, None);
             }
@@ -297,10 +300,10 @@ impl Publisher {
         }
         if exchanged {
             // Best effort: start-up recovery removes it if this fails or we crash first.
-            let _ = fs::remove_dir_all(tmp);
+            let _ = st.remove_dir_all(tmp);
         }
         if latest.is_none_or(|l| step > l) {
-            if let Err(source) = write_latest(root, &checkpoint_dir_name(step)) {
+            if let Err(source) = write_latest(st, root, &checkpoint_dir_name(step)) {
                 self.unpublish(target, Some(*latest));
                 return Err(Error::Persist {
                     step,
@@ -311,63 +314,32 @@ impl Publisher {
             }
             *latest = Some(step);
         }
-        apply_retention(root, &self.retention, step)
+        apply_retention(st, root, &self.retention, step)
     }
 
     /// Best effort: removes a just-renamed directory and, if `latest` already names it, points
     /// `latest` back at `previous`.
     fn unpublish(&self, target: &Path, previous: Option<Option<u64>>) {
         let root = self.root.as_path();
+        let st = &*self.storage;
         if let Some(prev) = previous {
             let name = target
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default();
-            if read_latest(root).ok().flatten().as_deref() == Some(name) {
+            if read_latest_in(st, root).ok().flatten().as_deref() == Some(name) {
                 let _ = match prev {
-                    Some(p) => write_latest(root, &checkpoint_dir_name(p)),
-                    None => fs::remove_file(root.join(LATEST_FILE)),
+                    Some(p) => write_latest(st, root, &checkpoint_dir_name(p)),
+                    None => st.remove_file(&root.join(LATEST_FILE)),
                 };
             }
         }
         let doomed = root.join(format!("{TMP_PREFIX}failed-{}", nonce()));
-        if fs::rename(target, &doomed).is_ok() {
-            let _ = fsync_dir(root);
-            let _ = fs::remove_dir_all(&doomed);
+        if st.rename(target, &doomed).is_ok() {
+            let _ = st.sync_dir(root);
+            let _ = st.remove_dir_all(&doomed);
         }
     }
-}
-
-/// Atomically swaps two directories (Linux `renameat2(RENAME_EXCHANGE)`).
-#[cfg(target_os = "linux")]
-fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    use std::{ffi::CString, os::unix::ffi::OsStrExt};
-    let a = CString::new(a.as_os_str().as_bytes())?;
-    let b = CString::new(b.as_os_str().as_bytes())?;
-    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Atomic directory exchange is Linux-only; elsewhere replacement is refused.
-#[cfg(not(target_os = "linux"))]
-fn exchange(_a: &Path, _b: &Path) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "atomically replacing a published checkpoint needs Linux renameat2",
-    ))
 }
 
 fn write_chunked(w: &mut impl Write, bytes: &[u8]) -> io::Result<()> {

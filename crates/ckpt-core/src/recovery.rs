@@ -2,21 +2,19 @@
 //! past invalid checkpoints (moved aside, not deleted), and making `latest` name the newest
 //! valid one; [`garbage_collect`] also deletes what recovery moved aside.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::{
     Error, Result,
-    latest::{fsync_dir, read_latest, remove_latest, write_latest},
+    latest::{read_latest_in, remove_latest, write_latest},
     listing::{CheckpointInfo, CheckpointStatus, step_dirs},
     naming::{
         LATEST_FILE, QUARANTINE_PREFIX, TMP_PREFIX, checkpoint_dir_name, nonce, parse_step_dir,
     },
-    verify::verify_checkpoint,
+    storage::{LocalDisk, Storage},
+    verify::{Depth, check_checkpoint},
 };
 
 /// What start-up recovery found and did.
@@ -40,20 +38,24 @@ impl RecoveryReport {
     }
 }
 
-/// Start-up recovery. Must run under the writer lock: removes stale `.tmp-*`, finds the newest
-/// checkpoint that fully verifies, moves newer invalid ones aside (warning for each), and makes
-/// `latest` name the newest valid checkpoint.
+/// Start-up recovery of a local root. Must run under the writer lock: removes stale `.tmp-*`,
+/// finds the newest checkpoint that fully verifies, moves newer invalid ones aside (warning for
+/// each), and makes `latest` name the newest valid checkpoint.
 pub fn recover(root: &Path) -> Result<RecoveryReport> {
+    recover_in(&LocalDisk, root)
+}
+
+/// [`recover`] through `storage`. What it changes is durable when it returns.
+pub fn recover_in(st: &dyn Storage, root: &Path) -> Result<RecoveryReport> {
     let mut report = RecoveryReport::default();
-    fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-    for ent in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
-        let ent = ent.map_err(|e| Error::io(root, e))?;
-        if ent.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
-            let p = ent.path();
-            let r = if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                fs::remove_dir_all(&p)
+    st.create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    for ent in st.list(root).map_err(|e| Error::io(root, e))? {
+        if ent.name.starts_with(TMP_PREFIX) {
+            let p = root.join(&ent.name);
+            let r = if ent.is_dir {
+                st.remove_dir_all(&p)
             } else {
-                fs::remove_file(&p)
+                st.remove_file(&p)
             };
             r.map_err(|e| Error::io(&p, e))?;
             tracing::warn!(
@@ -63,9 +65,9 @@ pub fn recover(root: &Path) -> Result<RecoveryReport> {
             report.removed_tmp.push(p);
         }
     }
-    let dirs = step_dirs(root)?;
+    let dirs = step_dirs(st, root)?;
     for (step, path) in dirs.into_iter().rev() {
-        match verify_checkpoint(&path) {
+        match check_checkpoint(st, &path, Depth::Full) {
             Ok(m) => {
                 report.latest = Some(CheckpointInfo {
                     step,
@@ -84,41 +86,48 @@ pub fn recover(root: &Path) -> Result<RecoveryReport> {
                     checkpoint_dir_name(step),
                     nonce()
                 ));
-                fs::rename(&path, &aside).map_err(|e| Error::io(&path, e))?;
+                st.rename(&path, &aside).map_err(|e| Error::io(&path, e))?;
                 tracing::warn!(checkpoint = %path.display(), %reason, moved_to = %aside.display(),
                     "checkpoint is invalid; falling back to an older one");
                 report.quarantined.push((path, reason));
             }
         }
     }
-    let current = read_latest(root).ok().flatten();
+    let current = read_latest_in(st, root).ok().flatten();
     let want = report.latest.as_ref().map(|c| checkpoint_dir_name(c.step));
     if current != want {
         report.repaired_latest = true;
         match &want {
             Some(name) => {
-                write_latest(root, name).map_err(|e| Error::io(root.join(LATEST_FILE), e))?
+                write_latest(st, root, name).map_err(|e| Error::io(root.join(LATEST_FILE), e))?
             }
-            None => remove_latest(root).map_err(|e| Error::io(root.join(LATEST_FILE), e))?,
+            None => remove_latest(st, root).map_err(|e| Error::io(root.join(LATEST_FILE), e))?,
         }
     }
-    fsync_dir(root).map_err(|e| Error::io(root, e))?;
+    st.sync_dir(root).map_err(|e| Error::io(root, e))?;
     Ok(report)
 }
 
 /// Removes stale `.tmp-*` and quarantined `.invalid-*` entries and invalid `step-*`
-/// directories (the caller holds the lock). Returns what was removed.
+/// directories of a local root (the caller holds the lock). Returns what was removed.
 pub fn garbage_collect(root: &Path) -> Result<Vec<PathBuf>> {
-    let mut removed = recover(root)?.removed_tmp;
-    for ent in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
-        let ent = ent.map_err(|e| Error::io(root, e))?;
-        let name = ent.file_name().to_string_lossy().to_string();
-        let p = ent.path();
-        let invalid_step = parse_step_dir(&name).is_some() && verify_checkpoint(&p).is_err();
-        if name.starts_with(QUARANTINE_PREFIX) || invalid_step {
-            fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
+    garbage_collect_in(&LocalDisk, root)
+}
+
+/// [`garbage_collect`] through `storage`.
+pub fn garbage_collect_in(st: &dyn Storage, root: &Path) -> Result<Vec<PathBuf>> {
+    let mut removed = recover_in(st, root)?.removed_tmp;
+    for ent in st.list(root).map_err(|e| Error::io(root, e))? {
+        let p = root.join(&ent.name);
+        let invalid_step = parse_step_dir(&ent.name).is_some()
+            && check_checkpoint(st, &p, Depth::Full).is_err();
+        if ent.name.starts_with(QUARANTINE_PREFIX) || invalid_step {
+            st.remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
             removed.push(p);
         }
+    }
+    if !removed.is_empty() {
+        st.sync_dir(root).map_err(|e| Error::io(root, e))?;
     }
     Ok(removed)
 }

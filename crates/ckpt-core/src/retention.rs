@@ -1,14 +1,15 @@
 //! Retention: which published checkpoints to keep ([`Retention`]), applied after every
 //! publication and on demand ([`prune`]).
 
-use std::{fs, path::Path};
+use std::path::Path;
 
 use crate::{
     Error, Result,
-    failpoints::io_failpoint,
-    latest::{fsync_dir, read_latest},
+    failpoints::{durability_step, io_failpoint},
+    latest::read_latest_in,
     listing::step_dirs,
     naming::{TMP_PREFIX, checkpoint_dir_name, nonce, parse_step_dir},
+    storage::{LocalDisk, Storage},
     verify::{Depth, check_checkpoint},
 };
 
@@ -61,14 +62,19 @@ impl Retention {
 /// older than the one `latest` names are candidates. Each is renamed to `.tmp-*` first, so a
 /// crash midway never leaves a half-deleted `step-*` directory. `step` is the publication that
 /// triggered it, named in errors.
-pub(crate) fn apply_retention(root: &Path, policy: &Retention, step: u64) -> Result<Vec<u64>> {
-    let latest_step = read_latest(root)
+pub(crate) fn apply_retention(
+    st: &dyn Storage,
+    root: &Path,
+    policy: &Retention,
+    step: u64,
+) -> Result<Vec<u64>> {
+    let latest_step = read_latest_in(st, root)
         .ok()
         .flatten()
         .and_then(|n| parse_step_dir(&n));
-    let valid: Vec<u64> = step_dirs(root)?
+    let valid: Vec<u64> = step_dirs(st, root)?
         .into_iter()
-        .filter(|(s, p)| Some(*s) <= latest_step && check_checkpoint(p, Depth::Sizes).is_ok())
+        .filter(|(s, p)| Some(*s) <= latest_step && check_checkpoint(st, p, Depth::Sizes).is_ok())
         .map(|(s, _)| s)
         .collect();
     let mut removed = Vec::new();
@@ -92,19 +98,24 @@ pub(crate) fn apply_retention(root: &Path, policy: &Retention, step: u64) -> Res
             checkpoint_dir_name(s),
             nonce()
         ));
-        fs::rename(&path, &doomed).map_err(retention_err)?;
-        fsync_dir(root).map_err(retention_err)?;
-        fs::remove_dir_all(&doomed).map_err(retention_err)?;
+        st.rename(&path, &doomed).map_err(retention_err)?;
+        durability_step!(FSYNC_RETENTION, st.sync_dir(root)).map_err(retention_err)?;
+        st.remove_dir_all(&doomed).map_err(retention_err)?;
         removed.push(s);
     }
     Ok(removed)
 }
 
-/// Applies `policy` to a root outside a save (the caller holds the lock), e.g. from `ckpt gc`.
-/// Returns the removed steps.
+/// Applies `policy` to a local root outside a save (the caller holds the lock), e.g. from
+/// `ckpt gc`. Returns the removed steps.
 pub fn prune(root: &Path, policy: &Retention) -> Result<Vec<u64>> {
-    let latest = read_latest(root)?
+    prune_in(&LocalDisk, root, policy)
+}
+
+/// [`prune`] through `storage`.
+pub fn prune_in(storage: &dyn Storage, root: &Path, policy: &Retention) -> Result<Vec<u64>> {
+    let latest = read_latest_in(storage, root)?
         .and_then(|n| parse_step_dir(&n))
         .unwrap_or(0);
-    apply_retention(root, policy, latest)
+    apply_retention(storage, root, policy, latest)
 }

@@ -3,9 +3,13 @@
 //! reading it ([`Manifest::read_part_into`], [`Manifest::verify_part`]). Errors name the
 //! offending file.
 
-use std::{fs, path::Path};
+use std::path::Path;
 
-use crate::{Error, FileEntry, MANIFEST_FILE, Manifest, Result, checksum, naming::parse_step_dir};
+use crate::{
+    Error, FileEntry, MANIFEST_FILE, Manifest, Result, checksum,
+    naming::parse_step_dir,
+    storage::{LocalDisk, ReadFile, Storage},
+};
 
 /// Bytes read (and hashed) per step of a verified read: large enough for few system calls,
 /// small enough that the chunk is still in cache when it is hashed.
@@ -23,8 +27,13 @@ pub(crate) enum Depth {
 /// Reads and checks (self-checksum, format) the manifest of checkpoint directory `dir`, without
 /// reading the files it lists.
 pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    read_manifest_in(&LocalDisk, dir)
+}
+
+/// [`read_manifest`] through `storage`.
+pub fn read_manifest_in(st: &dyn Storage, dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST_FILE);
-    let bytes = fs::read(&path).map_err(|e| {
+    let bytes = st.read(&path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             Error::corrupt(&path, "manifest is missing (checkpoint incomplete)")
         } else {
@@ -53,34 +62,45 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// The one check of a checkpoint directory against its manifest, which every other check of a
 /// whole checkpoint calls: reads the manifest ([`read_manifest`]), checks every listed file's
 /// size, and with [`Depth::Full`] then every file's checksum. Returns the manifest.
-pub(crate) fn check_checkpoint(dir: &Path, depth: Depth) -> Result<Manifest> {
-    let m = read_manifest(dir)?;
+pub(crate) fn check_checkpoint(st: &dyn Storage, dir: &Path, depth: Depth) -> Result<Manifest> {
+    let m = read_manifest_in(st, dir)?;
     for f in &m.files {
         let p = dir.join(&f.name);
-        let len = fs::metadata(&p)
+        let len = st
+            .metadata(&p)
             .map_err(|e| Error::corrupt(&p, format!("listed in the manifest but unreadable: {e}")))?
-            .len();
+            .len;
         if len != f.size {
             return Err(size_mismatch(&p, len, f.size));
         }
     }
     if depth == Depth::Full {
         for f in &m.files {
-            verify_file(&dir.join(&f.name), f)?;
+            verify_file(st, &dir.join(&f.name), f)?;
         }
     }
     Ok(m)
 }
 
-/// Fully verifies one checkpoint directory: manifest self-checksum, every file's size and
-/// checksum. Errors name the offending file.
+/// Fully verifies one local checkpoint directory: manifest self-checksum, every file's size
+/// and checksum. Errors name the offending file.
 pub fn verify_checkpoint(dir: &Path) -> Result<Manifest> {
-    check_checkpoint(dir, Depth::Full)
+    check_checkpoint(&LocalDisk, dir, Depth::Full)
 }
 
-/// Reads one part of a checkpoint and checks it against the manifest.
+/// [`verify_checkpoint`] through `storage`.
+pub fn verify_checkpoint_in(st: &dyn Storage, dir: &Path) -> Result<Manifest> {
+    check_checkpoint(st, dir, Depth::Full)
+}
+
+/// Reads one part of a local checkpoint and checks it against the manifest.
 pub fn read_part(dir: &Path, name: &str) -> Result<Vec<u8>> {
-    read_manifest(dir)?.read_part_into(dir, name, |size| vec![0u8; size])
+    read_part_in(&LocalDisk, dir, name)
+}
+
+/// [`read_part`] through `storage`.
+pub fn read_part_in(st: &dyn Storage, dir: &Path, name: &str) -> Result<Vec<u8>> {
+    read_manifest_in(st, dir)?.read_part_into_in(st, dir, name, |size| vec![0u8; size])
 }
 
 impl Manifest {
@@ -100,11 +120,25 @@ impl Manifest {
     where
         B: std::ops::DerefMut<Target = [u8]>,
     {
+        self.read_part_into_in(&LocalDisk, dir, name, alloc)
+    }
+
+    /// [`Manifest::read_part_into`] through `storage`.
+    pub fn read_part_into_in<B>(
+        &self,
+        st: &dyn Storage,
+        dir: &Path,
+        name: &str,
+        alloc: impl FnOnce(usize) -> B,
+    ) -> Result<B>
+    where
+        B: std::ops::DerefMut<Target = [u8]>,
+    {
         let p = dir.join(name);
         let entry = listed(self, &p, name)?;
-        let mut file = open_listed(&p)?;
+        let mut file = open_listed(st, &p)?;
         // Checked before allocating, so a file of the wrong size costs no buffer.
-        let len = file.metadata().map_err(|e| Error::io(&p, e))?.len();
+        let len = file.len().map_err(|e| Error::io(&p, e))?;
         if len != entry.size {
             return Err(size_mismatch(&p, len, entry.size));
         }
@@ -125,7 +159,7 @@ impl Manifest {
             checksum::Filled::Exactly(d) => d,
             checksum::Filled::Short(n) => return Err(size_mismatch(&p, n as u64, entry.size)),
             checksum::Filled::Longer => {
-                let now = file.metadata().map(|m| m.len()).unwrap_or(entry.size + 1);
+                let now = file.len().unwrap_or(entry.size + 1);
                 return Err(size_mismatch(&p, now.max(entry.size + 1), entry.size));
             }
         };
@@ -138,7 +172,7 @@ impl Manifest {
     /// errors are those of [`Manifest::read_part_into`].
     pub fn verify_part(&self, dir: &Path, name: &str) -> Result<()> {
         let p = dir.join(name);
-        verify_file(&p, listed(self, &p, name)?)
+        verify_file(&LocalDisk, &p, listed(self, &p, name)?)
     }
 }
 
@@ -149,8 +183,8 @@ fn listed<'m>(m: &'m Manifest, p: &Path, name: &str) -> Result<&'m FileEntry> {
 }
 
 /// Opens listed file `p`; a missing file is corruption, not an I/O error.
-fn open_listed(p: &Path) -> Result<fs::File> {
-    fs::File::open(p).map_err(|e| {
+fn open_listed(st: &dyn Storage, p: &Path) -> Result<Box<dyn ReadFile>> {
+    st.open(p).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             Error::corrupt(p, "file is missing")
         } else {
@@ -160,8 +194,8 @@ fn open_listed(p: &Path) -> Result<fs::File> {
 }
 
 /// Size and checksum of one file against its manifest entry, streamed.
-fn verify_file(p: &Path, f: &FileEntry) -> Result<()> {
-    let (digest, len) = checksum::of_reader(open_listed(p)?).map_err(|e| Error::io(p, e))?;
+fn verify_file(st: &dyn Storage, p: &Path, f: &FileEntry) -> Result<()> {
+    let (digest, len) = checksum::of_reader(open_listed(st, p)?).map_err(|e| Error::io(p, e))?;
     if len != f.size {
         return Err(size_mismatch(p, len, f.size));
     }

@@ -27,8 +27,14 @@ impl WritebackFile {
     }
 
     /// The file, for the final `fsync`.
+    #[cfg(test)]
     pub(crate) fn into_inner(self) -> File {
         self.file
+    }
+
+    /// The file, for the final `fsync`.
+    pub(crate) fn get_ref(&self) -> &File {
+        &self.file
     }
 
     fn start_writeback(&mut self) {
