@@ -17,7 +17,8 @@ use serde::Serialize;
 
 use crate::{
     Error, RecoveryReport, Result, Retention, RootLock, Snapshot, StagingPool, StagingStats,
-    publish::Publisher, recovery,
+    publish::Publisher,
+    recovery,
     storage::{LocalDisk, Storage},
 };
 

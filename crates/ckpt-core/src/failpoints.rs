@@ -64,6 +64,9 @@ pub(crate) use io_failpoint;
 /// that name set to `return`, the step is skipped as if the code did not have it, and the crash
 /// test must then fail. Each names one sync the protocol relies on.
 pub mod omit {
+    /// The fsync of the parent of a checkpoint root the engine created (and of each ancestor
+    /// it created), so the new root itself survives.
+    pub const FSYNC_ROOT_PARENT: &str = "ckpt::omit::fsync_root_parent";
     /// Each part file's fsync.
     pub const FSYNC_PART: &str = "ckpt::omit::fsync_part";
     /// `manifest.json`'s fsync.
@@ -85,6 +88,7 @@ pub mod omit {
 
     /// Every omission, in protocol order.
     pub const ALL: &[&str] = &[
+        FSYNC_ROOT_PARENT,
         FSYNC_PART,
         FSYNC_MANIFEST,
         FSYNC_TMP_DIR,

@@ -27,9 +27,7 @@ impl RootLock {
 
     /// [`RootLock::acquire`] through `storage`.
     pub fn acquire_in(storage: &dyn Storage, root: &Path) -> Result<Self> {
-        storage
-            .create_dir_all(root)
-            .map_err(|e| Error::io(root, e))?;
+        crate::storage::create_dir_all_durable(storage, root).map_err(|e| Error::io(root, e))?;
         let path = root.join(LOCK_FILE);
         let me = format!("pid {} on {}", std::process::id(), hostname());
         match storage

@@ -48,7 +48,7 @@ pub fn recover(root: &Path) -> Result<RecoveryReport> {
 /// [`recover`] through `storage`. What it changes is durable when it returns.
 pub fn recover_in(st: &dyn Storage, root: &Path) -> Result<RecoveryReport> {
     let mut report = RecoveryReport::default();
-    st.create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    crate::storage::create_dir_all_durable(st, root).map_err(|e| Error::io(root, e))?;
     for ent in st.list(root).map_err(|e| Error::io(root, e))? {
         if ent.name.starts_with(TMP_PREFIX) {
             let p = root.join(&ent.name);
@@ -119,8 +119,8 @@ pub fn garbage_collect_in(st: &dyn Storage, root: &Path) -> Result<Vec<PathBuf>>
     let mut removed = recover_in(st, root)?.removed_tmp;
     for ent in st.list(root).map_err(|e| Error::io(root, e))? {
         let p = root.join(&ent.name);
-        let invalid_step = parse_step_dir(&ent.name).is_some()
-            && check_checkpoint(st, &p, Depth::Full).is_err();
+        let invalid_step =
+            parse_step_dir(&ent.name).is_some() && check_checkpoint(st, &p, Depth::Full).is_err();
         if ent.name.starts_with(QUARANTINE_PREFIX) || invalid_step {
             st.remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
             removed.push(p);

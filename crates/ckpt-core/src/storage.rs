@@ -278,3 +278,24 @@ fn exchange(_a: &Path, _b: &Path) -> io::Result<()> {
         "atomically replacing a published checkpoint needs Linux renameat2",
     ))
 }
+
+/// Creates directory `path` and its missing ancestors, then syncs the parent of each one it
+/// created, so that a new checkpoint root survives a power cut with the checkpoints in it.
+pub(crate) fn create_dir_all_durable(st: &dyn Storage, path: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut cur = Some(path);
+    while let Some(p) = cur {
+        if p.as_os_str().is_empty() || st.exists(p) {
+            break;
+        }
+        missing.push(p);
+        cur = p.parent();
+    }
+    st.create_dir_all(path)?;
+    for p in missing.into_iter().rev() {
+        if let Some(parent) = p.parent().filter(|q| !q.as_os_str().is_empty()) {
+            crate::failpoints::durability_step!(FSYNC_ROOT_PARENT, st.sync_dir(parent))?;
+        }
+    }
+    Ok(())
+}
