@@ -29,7 +29,7 @@ use ckpt_burn::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState, encode_optimizer,
     encode_scheduler,
 };
-use ckpt_core::{DurableFile, Engine, Snapshot};
+use ckpt_core::{DurableFile, Engine, Snapshot, Storage};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use serde::{Deserialize, Serialize};
 
@@ -440,7 +440,7 @@ impl Worker {
             }
             ShardFormat::PerRank => {
                 let path = staged_shard_path(&self.root, step, rank, world);
-                let _ = std::fs::remove_file(&path);
+                let _ = ckpt_core::LocalDisk.remove_file(&path);
                 let written = ckpt_core::write_durable_file(&path, |w| w.write_all(&shard));
                 drop(shard);
                 let report = match &written {
@@ -459,9 +459,8 @@ impl Worker {
                             self.publish_per_rank(&job.trainer, job.model, job.scheduler, reports);
                         if r.is_err() {
                             for q in 0..world {
-                                let _ = std::fs::remove_file(staged_shard_path(
-                                    &self.root, step, q, world,
-                                ));
+                                let _ = ckpt_core::LocalDisk
+                                    .remove_file(&staged_shard_path(&self.root, step, q, world));
                             }
                         }
                         (r, 0)

@@ -217,6 +217,18 @@ pub(crate) struct Exploration {
     pub(crate) failures: Vec<Failure>,
 }
 
+impl Exploration {
+    /// How many failures each numbered check (1-5, see the module docs) reported.
+    pub(crate) fn by_check(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for f in &self.failures {
+            let check = f.what.split('.').next().unwrap_or("?").to_string();
+            *m.entry(check).or_insert(0) += 1;
+        }
+        m
+    }
+}
+
 /// Runs the workload and checks up to `per_point` disks at every crash point.
 pub(crate) fn explore(per_point: usize) -> Exploration {
     let disk = SimDisk::new();
@@ -277,7 +289,7 @@ fn check(disk: &SimDisk, exp: &Expectations, point: &CrashPoint) -> Result<(), S
             }
         }
     } else if let Some((s, _)) = acked {
-        return Err(format!("the root is gone although step {s} was acked"));
+        return Err(format!("1. the root is gone although step {s} was acked"));
     }
     // 2. Recovery.
     let (mut engine, rec) =
@@ -345,7 +357,10 @@ pub(crate) fn report(name: &str, e: &Exploration) {
         e.states,
         e.failures.len()
     );
-    for f in e.failures.iter().take(5) {
+    if !e.failures.is_empty() {
+        println!("  failures by check: {:?}", e.by_check());
+    }
+    for f in e.failures.iter().take(2) {
         println!(
             "  cut after op {} ({}), {}: {}",
             f.after_op, f.op, f.image, f.what
