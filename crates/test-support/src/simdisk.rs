@@ -844,3 +844,101 @@ impl Storage for SimDisk {
         })))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has(disk: &SimDisk, p: &str) -> Option<Vec<u8>> {
+        disk.tree()
+            .into_iter()
+            .find(|(q, _)| q == Path::new(p))
+            .map(|(_, d)| d.unwrap_or_default())
+    }
+
+    fn write(disk: &SimDisk, p: &str, data: &[u8], sync: bool) {
+        let mut f = disk.create_file(Path::new(p)).unwrap();
+        f.write_all(data).unwrap();
+        if sync {
+            f.sync().unwrap();
+        }
+    }
+
+    fn last_images(disk: &SimDisk) -> Vec<(String, SimDisk)> {
+        disk.take_points().last().unwrap().images(64, 1)
+    }
+
+    #[test]
+    fn unsynced_names_and_data_can_be_lost_and_synced_ones_cannot() {
+        let disk = SimDisk::new();
+        disk.create_dir(Path::new("/d")).unwrap();
+        disk.sync_dir(Path::new("/")).unwrap();
+        disk.record();
+        write(&disk, "/d/f", b"hello", true);
+        let images = last_images(&disk);
+        // The name was never synced: some disk lacks it, some has it with its synced data.
+        assert!(images.iter().any(|(_, d)| has(d, "/d/f").is_none()));
+        assert!(
+            images
+                .iter()
+                .any(|(_, d)| has(d, "/d/f") == Some(b"hello".to_vec()))
+        );
+        disk.sync_dir(Path::new("/d")).unwrap();
+        write(&disk, "/d/g", b"volatile", false);
+        disk.sync_dir(Path::new("/d")).unwrap();
+        for (label, d) in last_images(&disk) {
+            assert_eq!(has(&d, "/d/f"), Some(b"hello".to_vec()), "{label}");
+            // g's name is durable, its data never was.
+            let g = has(&d, "/d/g").expect("g's name was synced");
+            assert!(
+                b"volatile".starts_with(&g) || g.len() == 8,
+                "{label}: {g:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rename_between_directories_is_atomic_and_ordered_per_directory() {
+        let disk = SimDisk::new();
+        for d in ["/a", "/b"] {
+            disk.create_dir(Path::new(d)).unwrap();
+        }
+        write(&disk, "/a/x", b"1", true);
+        disk.sync_dir(Path::new("/")).unwrap();
+        disk.sync_dir(Path::new("/a")).unwrap();
+        disk.record();
+        disk.rename(Path::new("/a/x"), Path::new("/b/x")).unwrap();
+        write(&disk, "/b/later", b"2", true);
+        for (label, d) in last_images(&disk) {
+            let (in_a, in_b) = (has(&d, "/a/x").is_some(), has(&d, "/b/x").is_some());
+            assert!(in_a != in_b, "{label}: x in /a {in_a}, in /b {in_b}");
+            // /b's ops persist in order: `later` only after the rename into /b.
+            assert!(has(&d, "/b/later").is_none() || in_b, "{label}");
+        }
+    }
+
+    #[test]
+    fn syncing_one_directory_keeps_the_order_of_the_others() {
+        let disk = SimDisk::new();
+        for d in ["/a", "/b"] {
+            disk.create_dir(Path::new(d)).unwrap();
+        }
+        disk.sync_dir(Path::new("/")).unwrap();
+        write(&disk, "/b/first", b"", true);
+        write(&disk, "/a/x", b"", true);
+        disk.rename(Path::new("/a/x"), Path::new("/b/x")).unwrap();
+        write(&disk, "/b/after", b"", true);
+        disk.record();
+        // Syncing /a makes the rename durable, and with it /b's earlier `first`, but not
+        // /b's later `after`.
+        disk.sync_dir(Path::new("/a")).unwrap();
+        let images = last_images(&disk);
+        for (label, d) in &images {
+            assert!(
+                has(d, "/b/x").is_some() && has(d, "/b/first").is_some(),
+                "{label}"
+            );
+        }
+        assert!(images.iter().any(|(_, d)| has(d, "/b/after").is_none()));
+    }
+}
