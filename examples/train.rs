@@ -151,6 +151,17 @@ struct Args {
     /// Burn's optimizer record) would exceed it is written while training waits. 0: no limit.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     snapshot_budget_mb: u64,
+    /// Also upload every published checkpoint to this object-store prefix (s3://bucket/prefix;
+    /// credentials and endpoint from the AWS_* variables); --resume then falls back to it when
+    /// no local checkpoint is as new. Needs the `remote` feature.
+    #[arg(long, value_name = "URL")]
+    upload_to: Option<String>,
+    /// Remote retention: keep the newest N uploaded checkpoints (default: --keep-last).
+    #[arg(long, value_name = "N")]
+    upload_keep_last: Option<usize>,
+    /// Cap the upload bandwidth (MB/s), so uploads leave the network to training.
+    #[arg(long, value_name = "MBPS")]
+    upload_max_mbps: Option<f64>,
     /// ZeRO-1 data-parallel ranks, as threads of this process (1: the single-device loop).
     #[arg(long, default_value_t = 1)]
     ranks: usize,
@@ -191,6 +202,9 @@ fn run_zero(
 ) -> anyhow::Result<u8> {
     use burn_ckpt::ckpt_zero::ShardFormat;
     use ckpt_demo::zero::ZeroConfig;
+    if cfg.upload_to.is_some() {
+        bail!("--upload-to is not supported with ZeRO ranks yet (--ranks > 1 or --dist mpi)");
+    }
     let mut z = ZeroConfig::new(cfg.clone(), args.ranks);
     z.shard_format = match args.shard_format {
         ShardFormatArg::Consolidated => ShardFormat::Consolidated,
@@ -338,6 +352,9 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
     };
     cfg.max_in_flight = args.max_in_flight;
     cfg.snapshot_budget = (args.snapshot_budget_mb > 0).then_some(args.snapshot_budget_mb << 20);
+    cfg.upload_to = args.upload_to.clone();
+    cfg.upload_keep_last = args.upload_keep_last;
+    cfg.upload_max_mbps = args.upload_max_mbps;
     cfg.stop = Some(install_stop_handler(grace)?);
 
     let tty = std::io::stderr().is_terminal();
@@ -470,12 +487,26 @@ fn conclude(
             .resumed_from
             .as_ref()
             .map(|p| format!(
-                ", resumed from step {} ({})",
+                ", resumed from step {} ({}{})",
                 report.start_step,
-                p.display()
+                p.display(),
+                report
+                    .resumed_from_remote
+                    .as_ref()
+                    .map(|u| format!(", downloaded from {u}"))
+                    .unwrap_or_default()
             ))
             .unwrap_or_default()
     );
+    if !report.uploads.is_empty() {
+        let bytes: u64 = report.uploads.iter().map(|u| u.bytes).sum();
+        eprintln!(
+            "uploaded {} checkpoints ({:.1} MB) to {}",
+            report.uploads.len(),
+            bytes as f64 / 1e6,
+            cfg.upload_to.as_deref().unwrap_or_default()
+        );
+    }
     Ok(0)
 }
 

@@ -5,6 +5,7 @@
 
 mod export;
 mod inspect;
+mod remote;
 
 use std::path::{Path, PathBuf};
 
@@ -27,7 +28,7 @@ struct Cli {
 enum Cmd {
     /// List the checkpoints in ROOT (sizes checked, checksums not).
     Ls {
-        /// Checkpoint root.
+        /// Checkpoint root, or an object-store prefix (s3://bucket/prefix).
         root: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -35,13 +36,13 @@ enum Cmd {
     },
     /// Verify every file of every checkpoint in ROOT, or of one checkpoint directory.
     Verify {
-        /// A checkpoint root or one `step-*` directory.
+        /// A checkpoint root or one `step-*` directory (local, or s3://bucket/prefix[/step-*]).
         path: PathBuf,
     },
     /// Show what one checkpoint holds: every file's tensors (name, dtype, shape, bytes),
     /// scalars and metadata, and the trainer state (step, epoch, data cursor, seeds).
     Inspect {
-        /// A checkpoint directory (`ROOT/step-*`).
+        /// A checkpoint directory (`ROOT/step-*`, or s3://bucket/prefix/step-*).
         ckpt: PathBuf,
         /// Print JSON (with each tensor's first values) instead of a table.
         #[arg(long)]
@@ -63,7 +64,7 @@ enum Cmd {
     /// Remove stale in-flight data, quarantined and invalid checkpoints, and optionally apply
     /// retention. Refuses while a trainer holds the root.
     Gc {
-        /// Checkpoint root.
+        /// Checkpoint root, or an object-store prefix (s3://bucket/prefix).
         root: PathBuf,
         /// Also keep only the newest N valid checkpoints.
         #[arg(long)]
@@ -95,10 +96,20 @@ fn install_log_subscriber() {
 fn main() {
     install_log_subscriber();
     let cli = Cli::parse();
+    let url = |p: &Path| p.to_str().filter(|s| remote::is_url(s)).map(str::to_string);
     let res = match cli.cmd {
-        Cmd::Ls { root, json } => ls(&root, json),
-        Cmd::Verify { path } => verify(&path),
-        Cmd::Inspect { ckpt, json } => inspect_cmd(&ckpt, json),
+        Cmd::Ls { root, json } => match url(&root) {
+            Some(u) => remote::ls(&u, json),
+            None => ls(&root, json),
+        },
+        Cmd::Verify { path } => match url(&path) {
+            Some(u) => remote::verify(&u),
+            None => verify(&path),
+        },
+        Cmd::Inspect { ckpt, json } => match url(&ckpt) {
+            Some(u) => remote::inspect(&u, json),
+            None => inspect_cmd(&ckpt, json),
+        },
         Cmd::Export {
             ckpt,
             to: Format::Safetensors,
@@ -107,7 +118,10 @@ fn main() {
         } => export::to_safetensors(&ckpt, &out, with_optim).map(|n| {
             println!("wrote {n} tensors to {}", out.display());
         }),
-        Cmd::Gc { root, keep_last } => gc(&root, keep_last),
+        Cmd::Gc { root, keep_last } => match url(&root) {
+            Some(u) => remote::gc(&u, keep_last),
+            None => gc(&root, keep_last),
+        },
     };
     if let Err(e) = res {
         eprintln!("ckpt: {e:#}");

@@ -11,6 +11,7 @@
 mod baseline;
 pub mod model;
 pub mod perf;
+mod tier;
 pub mod trainer;
 pub mod zero;
 
@@ -18,6 +19,7 @@ pub use model::{
     Backend, Batch, INPUT_DIM, Mlp, SCHEDULE_ITERS, Sample, SampleBatcher, optimizer, scheduler,
     synthetic_dataset,
 };
+pub use tier::UploadRecord;
 pub use trainer::{
     DemoConfig, DemoReport, FailedSave, Frequency, SaveErrorPolicy, SaveMode, SaveRecord, StepInfo,
     StopOutcome, StopReport, data_loader, engine_config, fresh_model, open_engine, run,
@@ -41,6 +43,10 @@ pub enum Error {
     /// Invalid settings.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The object-store tier failed (an upload, a remote restore).
+    #[cfg(feature = "remote")]
+    #[error(transparent)]
+    Remote(#[from] ckpt_remote::Error),
 }
 
 /// Result alias.
@@ -52,6 +58,8 @@ impl Error {
         match self {
             Error::Core(e) | Error::Burn(ckpt_burn::Error::Core(e)) => Some(e),
             Error::Zero(e) => Some(e),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => Some(e),
             _ => None,
         }
     }

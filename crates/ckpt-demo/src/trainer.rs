@@ -41,6 +41,7 @@ use crate::baseline::BurnBaseline;
 use crate::model::{
     Backend, Batch, Mlp, Sample, SampleBatcher, optimizer, scheduler, synthetic_dataset,
 };
+use crate::tier::Tier;
 use crate::{Error, Result};
 
 /// How checkpoints are written.
@@ -119,6 +120,13 @@ pub struct DemoConfig {
     /// plus Burn's optimizer record, see [`ckpt_burn::save_memory`]) would exceed it are written
     /// while the trainer waits instead (`None`: no limit, every save in the background).
     pub snapshot_budget: Option<u64>,
+    /// Upload every published checkpoint to this object-store prefix (`s3://bucket/prefix`,
+    /// feature `remote`); a resume falls back to it when no local checkpoint is as new.
+    pub upload_to: Option<String>,
+    /// Remote retention (`None`: the same as `keep_last`).
+    pub upload_keep_last: Option<usize>,
+    /// Upload bandwidth cap in MB/s (`None`: unlimited).
+    pub upload_max_mbps: Option<f64>,
 }
 
 impl DemoConfig {
@@ -147,6 +155,9 @@ impl DemoConfig {
             max_in_flight: 1,
             backpressure: Backpressure::Block,
             snapshot_budget: None,
+            upload_to: None,
+            upload_keep_last: None,
+            upload_max_mbps: None,
         }
     }
 
@@ -214,6 +225,11 @@ pub struct DemoReport {
     pub final_step: u64,
     /// Checkpoint the run resumed from.
     pub resumed_from: Option<PathBuf>,
+    /// The object-store URL `resumed_from` was downloaded from, when the resume fell back to
+    /// the remote copy.
+    pub resumed_from_remote: Option<String>,
+    /// Finished uploads (`--upload-to`).
+    pub uploads: Vec<crate::UploadRecord>,
     /// Loss of the last step.
     pub final_loss: Option<f32>,
     /// Save mode.
@@ -321,7 +337,8 @@ pub fn data_loader(
 enum Target {
     /// Checkpointing is off.
     Off,
-    Engine(Engine),
+    /// Our engine, and the object-store tier behind it (inactive without `--upload-to`).
+    Engine(Engine, Tier),
     Burn(BurnBaseline),
 }
 
@@ -329,25 +346,33 @@ impl ckpt_core::SaveTarget for Target {
     type Error = Error;
     fn in_flight(&self) -> usize {
         match self {
-            Target::Engine(e) => e.in_flight(),
+            Target::Engine(e, _) => e.in_flight(),
             Target::Burn(_) | Target::Off => 0,
         }
     }
     fn poll(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
         match self {
-            Target::Engine(e) => Ok(e.poll()?),
+            Target::Engine(e, tier) => {
+                let events = e.poll()?;
+                tier.published(&events)?;
+                Ok(events)
+            }
             Target::Burn(_) | Target::Off => Ok(Vec::new()),
         }
     }
     fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
         match self {
-            Target::Engine(e) => Ok(e.wait_idle()?),
+            Target::Engine(e, tier) => {
+                let events = e.wait_idle()?;
+                tier.published(&events)?;
+                Ok(events)
+            }
             Target::Burn(_) | Target::Off => Ok(Vec::new()),
         }
     }
     fn blocked_total(&self) -> Duration {
         match self {
-            Target::Engine(e) => e.metrics().blocked_total,
+            Target::Engine(e, _) => e.metrics().blocked_total,
             Target::Burn(_) | Target::Off => Duration::ZERO,
         }
     }
@@ -356,7 +381,12 @@ impl ckpt_core::SaveTarget for Target {
 impl Target {
     fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
         match self {
-            Target::Engine(e) => Ok(e.finish()?.events),
+            Target::Engine(e, mut tier) => {
+                let events = e.finish()?.events;
+                tier.published(&events)?;
+                tier.finish()?;
+                Ok(events)
+            }
             // Dropping joins Burn's checkpointer threads: every file is written.
             Target::Burn(b) => Ok(b.close()),
             Target::Off => Ok(Vec::new()),
@@ -376,7 +406,7 @@ fn capture(
     let (model, optim, sched) = state;
     let t0 = Instant::now();
     match target {
-        Target::Engine(e) => {
+        Target::Engine(e, _) => {
             let frozen = FrozenState::capture(model, optim, sched, trainer.clone());
             if mode == SaveMode::Sync {
                 let snap = frozen.encode()?.into_snapshot();
@@ -413,16 +443,31 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
 
     // Our engine (async and sync modes) owns the root; recovery runs under its lock.
     let mut latest = None;
+    let mut remote_source = None;
+    let mut uploads = None;
     let mut target = if !cfg.checkpointing() {
         Target::Off
     } else if cfg.save_mode == SaveMode::Burn {
         Target::Burn(BurnBaseline::new(&cfg.dir, cfg.keep_last))
     } else {
-        let (e, l) = open_engine(cfg)?;
+        let (mut e, l) = open_engine(cfg)?;
+        let tier = Tier::open(cfg)?;
         latest = l;
-        Target::Engine(e)
+        if cfg.resume
+            && let Some((dir, from)) = tier.restore(&mut e, latest.as_deref())?
+        {
+            latest = Some(dir);
+            remote_source = Some(from);
+        }
+        uploads = Some(tier.done.clone());
+        Target::Engine(e, tier)
     };
-    if cfg.resume && !matches!(target, Target::Engine(_)) {
+    if cfg.upload_to.is_some() && !matches!(target, Target::Engine(..)) {
+        return Err(Error::Config(
+            "--upload-to needs our engine (--save-mode async or sync, checkpointing on)".into(),
+        ));
+    }
+    if cfg.resume && !matches!(target, Target::Engine(..)) {
         latest = ckpt_burn::latest_valid(&cfg.dir)?;
     }
 
@@ -453,6 +498,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             loader.set_cursor(r.trainer.cursor)?;
             start = r.trainer.step;
             report.resumed_from = Some(dir);
+            report.resumed_from_remote = remote_source.take();
         }
         _ => {
             if let Some(init) = &cfg.init_from {
@@ -507,7 +553,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     }
 
     let burn_dir = matches!(target, Target::Burn(_)).then(|| BurnBaseline::dir(&cfg.dir));
-    if let Target::Engine(_) = target {
+    if let Target::Engine(..) = target {
         report.max_in_flight = cfg.max_in_flight.max(1);
         report.backpressure = Some(cfg.backpressure);
     }
@@ -518,6 +564,9 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             s.persist_ms = None;
             s.bytes = BurnBaseline::bytes(&dir, s.step);
         }
+    }
+    if let Some(u) = uploads {
+        report.uploads = u.lock().map(|d| d.clone()).unwrap_or_default();
     }
     report.final_step = final_step;
     report.wall_s = wall.elapsed().as_secs_f64();

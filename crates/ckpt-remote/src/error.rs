@@ -73,5 +73,28 @@ pub enum Error {
     Gone(String),
 }
 
+impl ckpt_core::SaveFailure for Error {
+    fn failed_step(&self) -> Option<u64> {
+        match self {
+            Error::Upload { step, .. }
+            | Error::LostRace { step, .. }
+            | Error::Local { step, .. } => Some(*step),
+            Error::Core(e) => e.failed_step(),
+            _ => None,
+        }
+    }
+    /// An upload failing is one checkpoint's remote copy failing: training can go on.
+    fn is_save_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Upload { .. } | Error::LostRace { .. } | Error::Local { .. }
+        )
+    }
+    /// The local checkpoint was published; only its upload failed.
+    fn after_publication(&self) -> bool {
+        self.is_save_failure()
+    }
+}
+
 /// Result of the object-store tier.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -592,13 +592,18 @@ impl Remote {
         }
     }
 
-    /// Remote retention: keeps the newest `keep_last` valid checkpoints at or below the one
-    /// `latest` names; each older one loses its manifest first (it stops existing at once),
-    /// then its parts.
+    /// Remote retention from the configuration's `keep_last` (nothing when unset).
     fn apply_retention(&self) -> Result<Vec<u64>> {
-        let Some(keep) = self.config.keep_last else {
-            return Ok(Vec::new());
-        };
+        match self.config.keep_last {
+            Some(keep) => self.prune(keep),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Keeps the newest `keep` valid checkpoints at or below the one `latest` names; each
+    /// older one loses its manifest first (it stops existing at once), then its parts.
+    /// Returns the removed steps.
+    pub fn prune(&self, keep: usize) -> Result<Vec<u64>> {
         let Some(latest) = self.latest()?.and_then(|n| ckpt_core::parse_step_dir(&n)) else {
             return Ok(Vec::new());
         };

@@ -8,6 +8,10 @@
 
 use std::{
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     thread::JoinHandle,
 };
 
@@ -29,6 +33,8 @@ pub struct Uploader {
     worker: Option<JoinHandle<()>>,
     queued: usize,
     uploaded: Vec<Uploaded>,
+    /// Set on drop without `finish`: queued uploads are abandoned, not waited for.
+    cancel: Arc<AtomicBool>,
 }
 
 impl Uploader {
@@ -37,10 +43,16 @@ impl Uploader {
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let r = remote.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancelled = cancel.clone();
         let worker = std::thread::Builder::new()
             .name("ckpt-upload".into())
             .spawn(move || {
                 for job in jobs_rx {
+                    if cancelled.load(Ordering::Relaxed) {
+                        let _ = std::fs::remove_dir_all(&job.staged);
+                        continue;
+                    }
                     let result = r.upload(&job.staged);
                     let _ = std::fs::remove_dir_all(&job.staged);
                     if let Err(e) = &result {
@@ -59,6 +71,7 @@ impl Uploader {
             worker: Some(worker),
             queued: 0,
             uploaded: Vec::new(),
+            cancel,
         })
     }
 
@@ -137,11 +150,21 @@ impl Uploader {
     }
 }
 
+/// Dropped without [`Uploader::finish`] (an error path, a stop whose grace period ran out):
+/// queued uploads are abandoned and the upload under way is not waited for, so the process can
+/// exit; what was not uploaded is logged.
 impl Drop for Uploader {
     fn drop(&mut self) {
+        if self.worker.is_none() {
+            return;
+        }
+        self.cancel.store(true, Ordering::Relaxed);
         self.jobs = None;
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
+        if self.queued > 0 {
+            tracing::warn!(
+                pending = self.queued,
+                "checkpoint uploads abandoned: the uploader was dropped without finish"
+            );
         }
     }
 }

@@ -280,6 +280,19 @@ fn a_flipped_byte_in_a_remote_part_is_caught_and_restore_falls_back() {
         store.put(&key, PutPayload::from(bytes)).await.unwrap();
     });
 
+    // A part no manifest lists (an upload cut short) is garbage for gc; published ones stay.
+    let orphan = object_store::path::Path::from("run-flip/step-00000009/model.bin");
+    rt.block_on(store.put(&orphan, PutPayload::from(vec![1u8; 10])))
+        .unwrap();
+    assert!(
+        remote
+            .list()
+            .unwrap()
+            .iter()
+            .any(|c| c.step == 9 && c.invalid.is_some())
+    );
+    assert_eq!(remote.garbage_collect().unwrap(), [9]);
+
     let err = remote.verify(2).unwrap_err();
     let msg = err.to_string();
     assert!(
