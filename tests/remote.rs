@@ -41,7 +41,7 @@ fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains(&format!("uploaded 3 checkpoints")),
+        stderr.contains("uploaded 3 checkpoints"),
         "{stderr}"
     );
     assert!(stderr.contains(&url), "{stderr}");
@@ -69,9 +69,9 @@ fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
     assert_same_checkpoint(&step_dir(&base, STEPS), &step_dir(&dir, STEPS));
 
     // The remote prefix verifies, and its newest checkpoint equals the local one.
-    let remote = ckpt_remote::Remote::open(
+    let remote = ckpt_demo::remote::Remote::open(
         &url,
-        ckpt_remote::RemoteConfig {
+        ckpt_demo::remote::RemoteConfig {
             store_options: s3_env(&moto.endpoint())
                 .into_iter()
                 .map(|(k, v)| (k.trim_start_matches("AWS_").to_lowercase(), v))

@@ -338,7 +338,7 @@ enum Target {
     /// Checkpointing is off.
     Off,
     /// Our engine, and the object-store tier behind it (inactive without `--upload-to`).
-    Engine(Engine, Tier),
+    Engine(Box<Engine>, Tier),
     Burn(BurnBaseline),
 }
 
@@ -382,7 +382,7 @@ impl Target {
     fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
         match self {
             Target::Engine(e, mut tier) => {
-                let events = e.finish()?.events;
+                let events = (*e).finish()?.events;
                 tier.published(&events)?;
                 tier.finish()?;
                 Ok(events)
@@ -460,7 +460,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             remote_source = Some(from);
         }
         uploads = Some(tier.done.clone());
-        Target::Engine(e, tier)
+        Target::Engine(Box::new(e), tier)
     };
     if cfg.upload_to.is_some() && !matches!(target, Target::Engine(..)) {
         return Err(Error::Config(
