@@ -40,10 +40,7 @@ fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("uploaded 3 checkpoints"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("uploaded 3 checkpoints"), "{stderr}");
     assert!(stderr.contains(&url), "{stderr}");
 
     // The node is lost: no local checkpoint at all.
@@ -91,4 +88,26 @@ fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
             "{f}"
         );
     }
+}
+
+#[test]
+fn an_unreachable_object_store_stops_the_trainer_naming_the_step_and_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    // Nothing listens on this port: every request fails (after the bounded retries).
+    let endpoint = format!("http://127.0.0.1:{}", test_support::s3::free_port());
+    let url = format!("s3://{BUCKET}/run-down");
+    let t = trainer(&dir)
+        .steps(12)
+        .save_every(6)
+        .arg("--upload-to", &url);
+    let out = t.command().envs(s3_env(&endpoint)).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("uploading step 6") && stderr.contains("run-down/step-00000006/"),
+        "one line naming the step and the object key: {stderr}"
+    );
+    // The local checkpoint was published before the upload; it is intact.
+    burn_ckpt::ckpt_core::verify_checkpoint(&step_dir(&dir, 6)).unwrap();
 }

@@ -15,13 +15,13 @@ mod tier;
 pub mod trainer;
 pub mod zero;
 
+/// The object-store tier the trainer's `--upload-to` uses (feature `remote`).
+#[cfg(feature = "remote")]
+pub use ckpt_remote as remote;
 pub use model::{
     Backend, Batch, INPUT_DIM, Mlp, SCHEDULE_ITERS, Sample, SampleBatcher, optimizer, scheduler,
     synthetic_dataset,
 };
-/// The object-store tier the trainer's `--upload-to` uses (feature `remote`).
-#[cfg(feature = "remote")]
-pub use ckpt_remote as remote;
 pub use tier::UploadRecord;
 pub use trainer::{
     DemoConfig, DemoReport, FailedSave, Frequency, SaveErrorPolicy, SaveMode, SaveRecord, StepInfo,

@@ -432,7 +432,13 @@ impl Remote {
             }
         };
         // Already there with the same contents: nothing to upload (a re-run, or a retry).
-        let existing = self.manifest(step).ok();
+        let existing = match self.manifest(step) {
+            Ok(m) => Some(m),
+            // Missing or unreadable: (re)upload it.
+            Err(Error::Corrupt { .. }) => None,
+            Err(Error::Store { key, source }) => return Err(Error::Upload { step, key, source }),
+            Err(e) => return Err(e),
+        };
         let mut bytes = 0;
         if existing.as_ref().map(|e| &e.files) != Some(&m.files) {
             if existing.is_some() {
