@@ -315,3 +315,40 @@ fn a_flipped_byte_in_a_remote_part_is_caught_and_restore_falls_back() {
         Vec::<String>::new()
     );
 }
+
+#[test]
+fn an_outage_mid_upload_keeps_the_server_state_and_the_retry_completes_the_step() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.port);
+    let direct = Remote::open(&url("run-outage"), config(&moto.endpoint())).unwrap();
+    let (_d, mut engine) = local();
+    let d1 = save(&mut engine, 1, 1);
+    direct.upload(&d1).unwrap();
+
+    // Step 2 goes up through the proxy at 8 MB/s; the network goes down under it.
+    let mut slow = config(&proxy.endpoint());
+    slow.max_bytes_per_sec = Some(8_000_000);
+    let remote = Remote::open(&url("run-outage"), slow).unwrap();
+    let d2 = save(&mut engine, 2, 16);
+    let mut up = Uploader::start(remote.clone()).unwrap();
+    up.submit(2, &d2).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    proxy.set(Fault::Down);
+    let err = up.wait_idle().unwrap_err();
+    assert!(matches!(err, Error::Upload { step: 2, .. }), "{err}");
+    assert!(
+        err.to_string().contains("run-outage/step-00000002/"),
+        "{err}"
+    );
+    // The server kept its state: step 1 is intact and still `latest`; step 2 is unpublished.
+    unpublished(&direct, 2);
+    assert_eq!(direct.latest().unwrap().as_deref(), Some("step-00000001"));
+    direct.verify(1).unwrap();
+
+    // The network is back: the same step uploads and becomes `latest`.
+    proxy.set(Fault::Pass);
+    up.submit(2, &d2).unwrap();
+    let done = up.finish().unwrap();
+    assert!(done.iter().any(|u| u.step == 2 && u.latest), "{done:?}");
+    direct.verify(2).unwrap();
+}
