@@ -18,6 +18,15 @@ fn child_entry() {
 
 const STEPS: u64 = 36;
 
+/// Runs trainer `t` with the S3 environment of `endpoint`; returns its exit code and stderr.
+fn run_with_s3(t: &Trainer, endpoint: &str) -> (Option<i32>, String) {
+    let out = t.command().envs(s3_env(endpoint)).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
     let moto = Moto::start();
@@ -33,13 +42,8 @@ fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
         .save_every(6)
         .arg("--keep-last", 2)
         .arg("--upload-to", &url);
-    let out = first
-        .command()
-        .envs(s3_env(&moto.endpoint()))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (code, stderr) = run_with_s3(&first, &moto.endpoint());
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("uploaded 3 checkpoints"), "{stderr}");
     assert!(stderr.contains(&url), "{stderr}");
 
@@ -51,13 +55,8 @@ fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
         .arg("--keep-last", 2)
         .arg("--upload-to", &url)
         .flag("--resume");
-    let out = second
-        .command()
-        .envs(s3_env(&moto.endpoint()))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (code, stderr) = run_with_s3(&second, &moto.endpoint());
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("resumed from step 18")
             && stderr.contains(&format!("downloaded from {url}/step-00000018")),
@@ -69,10 +68,7 @@ fn upload_then_resume_from_the_object_store_matches_the_uninterrupted_run() {
     let remote = ckpt_demo::remote::Remote::open(
         &url,
         ckpt_demo::remote::RemoteConfig {
-            store_options: s3_env(&moto.endpoint())
-                .into_iter()
-                .map(|(k, v)| (k.trim_start_matches("AWS_").to_lowercase(), v))
-                .collect(),
+            store_options: test_support::s3::store_options(&moto.endpoint()),
             retry_timeout: Duration::from_secs(10),
             ..Default::default()
         },
@@ -101,9 +97,8 @@ fn an_unreachable_object_store_stops_the_trainer_naming_the_step_and_the_key() {
         .steps(12)
         .save_every(6)
         .arg("--upload-to", &url);
-    let out = t.command().envs(s3_env(&endpoint)).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = run_with_s3(&t, &endpoint);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("uploading step 6") && stderr.contains("run-down/step-00000006/"),
         "one line naming the step and the object key: {stderr}"

@@ -24,10 +24,7 @@ fn remote(url: &str, endpoint: &str) -> Remote {
     Remote::open(
         url,
         RemoteConfig {
-            store_options: s3_env(endpoint)
-                .into_iter()
-                .map(|(k, v)| (k.trim_start_matches("AWS_").to_lowercase(), v))
-                .collect(),
+            store_options: test_support::s3::store_options(endpoint),
             retry_timeout: Duration::from_secs(10),
             ..Default::default()
         },

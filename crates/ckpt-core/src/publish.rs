@@ -154,7 +154,7 @@ impl Publisher {
                 });
                 continue;
             }
-            let (file, digest, size) = (|| -> Result<_> {
+            let (mut file, digest, size) = (|| -> Result<_> {
                 let create = || -> io::Result<Box<dyn crate::storage::WriteFile>> {
                     io_failpoint!(WRITE_PART);
                     st.create_file(&path)
@@ -191,7 +191,6 @@ impl Publisher {
                 .map_err(|e| persist_err(Stage::WritePart, e))?;
                 Ok(w.finish())
             })()?;
-            let mut file = file;
             (|| -> io::Result<()> {
                 io_failpoint!(FSYNC_PART);
                 durability_step!(FSYNC_PART, file.sync())

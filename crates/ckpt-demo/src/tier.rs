@@ -101,27 +101,17 @@ impl Tier {
         Ok(())
     }
 
-    /// Waits for every queued upload.
+    /// Waits for every queued upload; the record becomes every upload of the run.
     pub(crate) fn finish(&mut self) -> Result<()> {
         let Some(up) = self.up.take() else {
             return Ok(());
         };
-        let done = up.finish()?;
-        // `finish` returns every upload; keep the ones `poll` did not record.
-        let seen: Vec<u64> = self.done_steps();
-        let rest: Vec<_> = done
-            .into_iter()
-            .filter(|u| !seen.contains(&u.step))
-            .collect();
-        self.record(&rest);
+        let all = up.finish()?;
+        if let Ok(mut d) = self.done.lock() {
+            d.clear();
+        }
+        self.record(&all);
         Ok(())
-    }
-
-    fn done_steps(&self) -> Vec<u64> {
-        self.done
-            .lock()
-            .map(|d| d.iter().map(|u| u.step).collect())
-            .unwrap_or_default()
     }
 
     fn record(&self, done: &[ckpt_remote::Uploaded]) {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ckpt_core::{Engine, EngineConfig, Snapshot};
 use ckpt_remote::{Remote, RemoteConfig};
 use object_store::{ObjectStoreExt, WriteMultipart, aws::AmazonS3Builder};
-use test_support::s3::{BUCKET, Moto, s3_env};
+use test_support::s3::{BUCKET, Moto};
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -41,10 +41,7 @@ fn main() {
         .unwrap();
     let dir = engine.wait_idle().unwrap().remove(0).path;
 
-    let opts: Vec<(String, String)> = s3_env(&moto.endpoint())
-        .into_iter()
-        .map(|(k, v)| (k.trim_start_matches("AWS_").to_lowercase(), v))
-        .collect();
+    let opts: Vec<(String, String)> = test_support::s3::store_options(&moto.endpoint());
     let store = AmazonS3Builder::new()
         .with_bucket_name(BUCKET)
         .with_endpoint(moto.endpoint())

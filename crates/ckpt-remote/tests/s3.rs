@@ -18,10 +18,7 @@ fn config(endpoint: &str) -> RemoteConfig {
         part_size: 5 << 20,
         max_retries: 2,
         retry_timeout: Duration::from_secs(5),
-        store_options: test_support::s3::s3_env(endpoint)
-            .into_iter()
-            .map(|(k, v)| (k.trim_start_matches("AWS_").to_lowercase(), v))
-            .collect(),
+        store_options: test_support::s3::store_options(endpoint),
         ..Default::default()
     }
 }

@@ -101,6 +101,15 @@ pub fn s3_env(endpoint: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// [`s3_env`] as `ckpt_remote::RemoteConfig::store_options` (object_store's config keys:
+/// `endpoint`, `allow_http`, ...), for tests that must not share process environment.
+pub fn store_options(endpoint: &str) -> Vec<(String, String)> {
+    s3_env(endpoint)
+        .into_iter()
+        .map(|(k, v)| (k.trim_start_matches("AWS_").to_lowercase(), v))
+        .collect()
+}
+
 /// Sets [`s3_env`] in this process (tests of the library, which read the environment).
 pub fn set_s3_env(endpoint: &str) {
     for (k, v) in s3_env(endpoint) {
