@@ -202,9 +202,6 @@ fn run_zero(
 ) -> anyhow::Result<u8> {
     use burn_ckpt::ckpt_zero::ShardFormat;
     use ckpt_demo::zero::ZeroConfig;
-    if cfg.upload_to.is_some() {
-        bail!("--upload-to is not supported with ZeRO ranks yet (--ranks > 1 or --dist mpi)");
-    }
     let mut z = ZeroConfig::new(cfg.clone(), args.ranks);
     z.shard_format = match args.shard_format {
         ShardFormatArg::Consolidated => ShardFormat::Consolidated,

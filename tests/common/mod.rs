@@ -62,6 +62,7 @@ pub(crate) fn child_entry() {
 pub(crate) struct Trainer {
     args: Vec<String>,
     failpoints: Vec<(String, String)>,
+    env: Vec<(String, String)>,
 }
 
 /// The example trainer on root `dir` with small, fast settings (a 2-layer MLP of width 32,
@@ -70,6 +71,7 @@ pub(crate) fn trainer(dir: &Path) -> Trainer {
     let mut t = Trainer {
         args: Vec::new(),
         failpoints: Vec::new(),
+        env: Vec::new(),
     };
     t = t.arg("--dir", dir.display());
     for (k, v) in [
@@ -115,12 +117,20 @@ impl Trainer {
         self
     }
 
+    /// Sets an environment variable of the trainer (passed on to every rank under
+    /// `mpirun`).
+    pub(crate) fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.push((key.to_string(), value.into()));
+        self
+    }
+
     /// The command re-executing this test binary as the trainer.
     pub(crate) fn command(&self) -> Command {
         let mut c = Command::new(std::env::current_exe().expect("test binary path"));
         c.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ARGS, self.args.join("\n"))
             .env_remove(CHILD_FAILPOINTS)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
         if !self.failpoints.is_empty() {
             let spec: Vec<String> = self
@@ -163,6 +173,9 @@ impl Trainer {
         let mut c = burn_ckpt::ckpt_zero::collective::mpi_launch::mpirun_command(n, false)?;
         let me = self.command();
         c.args(["-x", CHILD_ARGS, "-x", CHILD_FAILPOINTS]);
+        for (k, _) in &self.env {
+            c.args(["-x", k]);
+        }
         c.arg(me.get_program()).args(me.get_args());
         for (k, v) in me.get_envs() {
             match v {

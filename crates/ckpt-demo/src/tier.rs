@@ -1,7 +1,8 @@
 //! The object-store tier of a run (`--upload-to URL`, feature `remote`): every checkpoint the
-//! engine publishes is queued for upload; a resume restores the newest valid remote checkpoint
-//! when it is newer than the newest valid local one. Without the feature, asking for it is a
-//! configuration error.
+//! engine publishes is queued for upload (on ZeRO ranks, every rank uploads its part of each
+//! sharded checkpoint, through `ckpt_zero::upload`); a resume restores the newest valid remote
+//! checkpoint when it is newer than the newest valid local one. Without the feature, asking
+//! for it is a configuration error.
 
 use std::{
     path::{Path, PathBuf},
@@ -25,29 +26,42 @@ pub struct UploadRecord {
 }
 
 /// The run's uploader, when `--upload-to` is set.
+#[cfg(feature = "remote")]
+enum Up {
+    /// A single rank's: uploads whole checkpoints.
+    Whole(ckpt_remote::Uploader),
+    /// A ZeRO rank's: uploads this rank's part; the saver's hook queues the work.
+    Sharded(ckpt_zero::upload::ShardUploader),
+}
+
+/// The run's uploader, when `--upload-to` is set.
 pub(crate) struct Tier {
     #[cfg(feature = "remote")]
-    up: Option<ckpt_remote::Uploader>,
+    up: Option<Up>,
     /// Finished uploads, shared with the report.
     pub(crate) done: Arc<Mutex<Vec<UploadRecord>>>,
 }
 
 #[cfg(feature = "remote")]
 impl Tier {
+    /// The remote prefix of `cfg`, when it has one.
+    fn remote(cfg: &DemoConfig) -> Result<Option<ckpt_remote::Remote>> {
+        let Some(url) = &cfg.upload_to else {
+            return Ok(None);
+        };
+        let rc = ckpt_remote::RemoteConfig {
+            keep_last: cfg.upload_keep_last.or(cfg.keep_last),
+            max_bytes_per_sec: cfg.upload_max_mbps.map(|m| (m * 1e6) as u64),
+            ..Default::default()
+        };
+        Ok(Some(ckpt_remote::Remote::open(url, rc)?))
+    }
+
     /// Opens the remote prefix of `cfg` and starts its uploader (nothing without a URL).
     pub(crate) fn open(cfg: &DemoConfig) -> Result<Self> {
-        let up = match &cfg.upload_to {
+        let up = match Self::remote(cfg)? {
+            Some(r) => Some(Up::Whole(ckpt_remote::Uploader::start(r)?)),
             None => None,
-            Some(url) => {
-                let rc = ckpt_remote::RemoteConfig {
-                    keep_last: cfg.upload_keep_last.or(cfg.keep_last),
-                    max_bytes_per_sec: cfg.upload_max_mbps.map(|m| (m * 1e6) as u64),
-                    ..Default::default()
-                };
-                Some(ckpt_remote::Uploader::start(ckpt_remote::Remote::open(
-                    url, rc,
-                )?)?)
-            }
         };
         Ok(Self {
             up,
@@ -55,58 +69,55 @@ impl Tier {
         })
     }
 
-    /// For a resume: restores the newest valid remote checkpoint newer than `local` (the
-    /// newest valid local one) into the engine's root. Returns the restored directory and the
-    /// URL it came from, or None to resume from `local`.
-    pub(crate) fn restore(
-        &self,
-        engine: &mut Engine,
-        local: Option<&Path>,
-    ) -> Result<Option<(PathBuf, String)>> {
-        let Some(up) = &self.up else { return Ok(None) };
-        let local_step = local
-            .and_then(|p| p.file_name())
-            .and_then(|n| n.to_str())
-            .and_then(ckpt_core::parse_step_dir);
-        let remote = up.remote();
-        match remote.restore_newest(engine, local_step)? {
+    /// A ZeRO rank's tier: starts this rank's part of the sharded uploads over `group` (its
+    /// own, split in the same order on every rank). Returns the hook that queues each
+    /// published checkpoint, for `ShardedSaver::start_with`. Nothing without a URL; `group`
+    /// is only used with one.
+    pub(crate) fn sharded(
+        cfg: &DemoConfig,
+        group: impl FnOnce() -> Result<Box<dyn ckpt_zero::collective::Collective>>,
+    ) -> Result<(Self, Option<ckpt_zero::AfterPublish>)> {
+        let (up, hook) = match Self::remote(cfg)? {
             Some(r) => {
-                let from = format!(
-                    "{}/{}",
-                    remote.url(),
-                    ckpt_core::checkpoint_dir_name(r.step)
-                );
-                tracing::warn!(
-                    step = r.step,
-                    local = ?local_step,
-                    "restored the checkpoint from {from}: no valid local checkpoint is as new"
-                );
-                Ok(Some((r.event.path, from)))
+                let u = ckpt_zero::upload::ShardUploader::start(group()?, r)?;
+                let hook = u.after_publish();
+                (Some(Up::Sharded(u)), Some(hook))
             }
-            None => Ok(None),
-        }
+            None => (None, None),
+        };
+        Ok((
+            Self {
+                up,
+                done: Arc::default(),
+            },
+            hook,
+        ))
     }
 
-    /// Queues the uploads of `events` and collects finished ones; the first upload failure
-    /// as an error.
+    /// Queues the uploads of `events` (a ZeRO rank's are queued by the saver's hook) and
+    /// collects finished ones; the first upload failure as an error.
     pub(crate) fn published(&mut self, events: &[SaveEvent]) -> Result<()> {
-        let Some(up) = &mut self.up else {
-            return Ok(());
+        let done = match &mut self.up {
+            None => return Ok(()),
+            Some(Up::Whole(up)) => {
+                for ev in events {
+                    up.submit(ev.step, &ev.path)?;
+                }
+                up.poll()?
+            }
+            Some(Up::Sharded(up)) => up.poll()?,
         };
-        for ev in events {
-            up.submit(ev.step, &ev.path)?;
-        }
-        let done = up.poll()?;
         self.record(&done);
         Ok(())
     }
 
     /// Waits for every queued upload; the record becomes every upload of the run.
     pub(crate) fn finish(&mut self) -> Result<()> {
-        let Some(up) = self.up.take() else {
-            return Ok(());
+        let all = match self.up.take() {
+            None => return Ok(()),
+            Some(Up::Whole(up)) => up.finish()?,
+            Some(Up::Sharded(up)) => up.finish()?,
         };
-        let all = up.finish()?;
         if let Ok(mut d) = self.done.lock() {
             d.clear();
         }
@@ -140,13 +151,12 @@ impl Tier {
         })
     }
 
-    /// Nothing to restore without the feature.
-    pub(crate) fn restore(
-        &self,
-        _engine: &mut Engine,
-        _local: Option<&Path>,
-    ) -> Result<Option<(PathBuf, String)>> {
-        Ok(None)
+    /// Without the `remote` feature: an error when `--upload-to` is set.
+    pub(crate) fn sharded(
+        cfg: &DemoConfig,
+        _group: impl FnOnce() -> Result<Box<dyn ckpt_zero::collective::Collective>>,
+    ) -> Result<(Self, Option<ckpt_zero::AfterPublish>)> {
+        Ok((Self::open(cfg)?, None))
     }
 
     /// Nothing to upload without the feature.
@@ -158,4 +168,48 @@ impl Tier {
     pub(crate) fn finish(&mut self) -> Result<()> {
         Ok(())
     }
+}
+
+/// For a resume of `cfg` (with `--upload-to`): restores the newest valid remote checkpoint
+/// newer than `local` (the newest valid local one) into the engine's root. Returns the
+/// restored directory and the URL it came from, or None to resume from `local`.
+#[cfg(feature = "remote")]
+pub(crate) fn restore(
+    cfg: &DemoConfig,
+    engine: &mut Engine,
+    local: Option<&Path>,
+) -> Result<Option<(PathBuf, String)>> {
+    let Some(remote) = Tier::remote(cfg)? else {
+        return Ok(None);
+    };
+    let local_step = local
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(ckpt_core::parse_step_dir);
+    match remote.restore_newest(engine, local_step)? {
+        Some(r) => {
+            let from = format!(
+                "{}/{}",
+                remote.url(),
+                ckpt_core::checkpoint_dir_name(r.step)
+            );
+            tracing::warn!(
+                step = r.step,
+                local = ?local_step,
+                "restored the checkpoint from {from}: no valid local checkpoint is as new"
+            );
+            Ok(Some((r.event.path, from)))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Nothing to restore without the `remote` feature.
+#[cfg(not(feature = "remote"))]
+pub(crate) fn restore(
+    _cfg: &DemoConfig,
+    _engine: &mut Engine,
+    _local: Option<&Path>,
+) -> Result<Option<(PathBuf, String)>> {
+    Ok(None)
 }

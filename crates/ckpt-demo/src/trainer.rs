@@ -454,7 +454,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         let tier = Tier::open(cfg)?;
         latest = l;
         if cfg.resume
-            && let Some((dir, from)) = tier.restore(&mut e, latest.as_deref())?
+            && let Some((dir, from)) = crate::tier::restore(cfg, &mut e, latest.as_deref())?
         {
             latest = Some(dir);
             remote_source = Some(from);

@@ -29,6 +29,7 @@ use ckpt_zero::shards::{filter_optimizer, read_full_optimizer};
 use ckpt_zero::{ShardFormat, ShardJob, ShardedSaver, Zero1, agree_on_boundary, join_ranks};
 
 use crate::model::{optimizer, scheduler};
+use crate::tier::Tier;
 use crate::trainer::{self as demo, DemoConfig, DemoReport, Frequency, StepInfo};
 use crate::{Error, Result};
 
@@ -85,9 +86,13 @@ impl ZeroConfig {
     }
 }
 
-/// Opens rank 0's engine (recovery under the root lock) and finds the checkpoint to resume;
-/// no engine when checkpointing is off.
-fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
+/// What rank 0 opened: its engine (none when checkpointing is off), the checkpoint to resume,
+/// and the URL it was downloaded from when the object store had a newer valid one.
+type Opened = (Option<Engine>, Option<PathBuf>, Option<String>);
+
+/// Opens rank 0's engine (recovery under the root lock) and finds the checkpoint to resume,
+/// restoring it from the object store (`--upload-to`) when no valid local one is as new.
+fn open_engine(cfg: &ZeroConfig) -> Result<Opened> {
     let d = &cfg.demo;
     if matches!(d.frequency, Frequency::EverySteps(0)) {
         let latest = if d.resume {
@@ -95,16 +100,23 @@ fn open_engine(cfg: &ZeroConfig) -> Result<(Option<Engine>, Option<PathBuf>)> {
         } else {
             None
         };
-        return Ok((None, latest));
+        return Ok((None, latest, None));
     }
-    let (engine, latest) = demo::open_engine(d)?;
-    Ok((Some(engine), latest))
+    let (mut engine, mut latest) = demo::open_engine(d)?;
+    let mut from_remote = None;
+    if d.resume
+        && let Some((dir, from)) = crate::tier::restore(d, &mut engine, latest.as_deref())?
+    {
+        latest = Some(dir);
+        from_remote = Some(from);
+    }
+    Ok((Some(engine), latest, from_remote))
 }
 
 /// Runs `cfg.ranks` ranks as threads of this process; returns rank 0's report.
 pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
     cfg.validate()?;
-    let (engine, latest) = open_engine(cfg)?;
+    let (engine, latest, from_remote) = open_engine(cfg)?;
     let mut groups = ThreadGroup::new(cfg.ranks, cfg.timeout).into_iter();
     let g0 = groups
         .next()
@@ -117,7 +129,7 @@ pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Res
             let h = std::thread::Builder::new()
                 .name(format!("zero-rank-{rank}"))
                 .spawn_scoped(s, move || {
-                    run_rank(cfg, Box::new(g), None, latest, &mut |_| {}).map(|_| ())
+                    run_rank(cfg, Box::new(g), None, (latest, None), &mut |_| {}).map(|_| ())
                 })
                 .map_err(|e| ckpt_zero::Error::Rank {
                     rank,
@@ -125,7 +137,13 @@ pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Res
                 })?;
             handles.push((rank, h));
         }
-        let r0 = run_rank(cfg, Box::new(g0), engine, latest.clone(), progress);
+        let r0 = run_rank(
+            cfg,
+            Box::new(g0),
+            engine,
+            (latest.clone(), from_remote),
+            progress,
+        );
         join_ranks(r0, handles)
     })
 }
@@ -147,10 +165,10 @@ pub fn run_mpi<T>(
     cfg.ranks = world.size();
     cfg.validate()?;
     let rank = world.rank();
-    let (engine, latest) = if rank == 0 {
+    let (engine, latest, from_remote) = if rank == 0 {
         open_engine(&cfg)?
     } else {
-        (None, None)
+        (None, None, None)
     };
     // Everyone resumes from the checkpoint rank 0 recovered.
     let mut path = latest
@@ -163,7 +181,13 @@ pub fn run_mpi<T>(
     // fail within their timeout either way.
     let mut quiet = |_: &StepInfo| {};
     let progress: &mut dyn FnMut(&StepInfo) = if rank == 0 { progress } else { &mut quiet };
-    let report = run_rank(&cfg, Box::new(world), engine, latest, progress)?;
+    let report = run_rank(
+        &cfg,
+        Box::new(world),
+        engine,
+        (latest, from_remote),
+        progress,
+    )?;
     let out = conclude(rank, report);
     last.barrier()?;
     drop(last);
@@ -178,20 +202,25 @@ fn param_bytes<'a>(params: impl Iterator<Item = &'a ckpt_zero::ParamInfo>) -> u6
     params.map(|p| p.numel() as u64 * 4).sum()
 }
 
-/// One rank's training loop.
+/// One rank's training loop. `resume` is the checkpoint to resume (the same on every rank)
+/// and, on rank 0, the URL it was downloaded from.
 fn run_rank(
     cfg: &ZeroConfig,
     mut group: Box<dyn Collective>,
     engine: Option<Engine>,
-    latest: Option<PathBuf>,
+    resume: (Option<PathBuf>, Option<String>),
     progress: &mut dyn FnMut(&StepInfo),
 ) -> Result<DemoReport> {
+    let (latest, from_remote) = resume;
     let wall = Instant::now();
     let d = &cfg.demo;
     let rank = group.rank();
     let world = group.size();
-    // The checkpoint group: created first, in the same order on every rank.
+    // The checkpoint group, then the upload group (`--upload-to`): created first, in the same
+    // order on every rank.
     let ckpt_group = group.split()?;
+    let (tier, after_publish) = Tier::sharded(d, || Ok(group.split()?))?;
+    let uploads = tier.done.clone();
     let device = d.backend.device().autodiff();
 
     let mut model = {
@@ -242,6 +271,7 @@ fn run_rank(
             })?;
             start = t.step;
             report.resumed_from = Some(dir.clone());
+            report.resumed_from_remote = from_remote;
         }
         _ => {
             if let Some(init) = &d.init_from {
@@ -263,12 +293,16 @@ fn run_rank(
     session.resumed_at(start);
     let mut zero = Zero1::new(&model, group);
     let mut saver = if session.enabled() {
-        Some(ShardedSaver::start(
-            ckpt_group,
-            cfg.shard_format,
-            d.dir.clone(),
-            engine,
-        )?)
+        Some(RankTarget {
+            saver: ShardedSaver::start_with(
+                ckpt_group,
+                cfg.shard_format,
+                d.dir.clone(),
+                engine,
+                after_publish,
+            )?,
+            tier,
+        })
     } else {
         None
     };
@@ -317,8 +351,8 @@ fn run_rank(
                 session.save(saver, step, |s, gate| {
                     let route = gate.route(need, step);
                     let t0 = Instant::now();
-                    s.submit(job())?;
-                    Ok::<_, ckpt_zero::Error>(Submitted {
+                    s.saver.submit(job())?;
+                    Ok::<_, Error>(Submitted {
                         outcome: SubmitOutcome::Queued {
                             step,
                             blocked: t0.elapsed(),
@@ -346,13 +380,52 @@ fn run_rank(
         }
     }
     let sessioned = match saver {
-        Some(s) => session.finish(s, ShardedSaver::close)?,
+        Some(s) => session.finish(s, RankTarget::close)?,
         None => session.finish(NoSaver, |_| Ok(Vec::new()))?,
     };
     report.absorb(sessioned);
+    report.uploads = uploads.lock().map(|u| u.clone()).unwrap_or_default();
     report.final_step = final_step;
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// A rank's checkpoint target: its sharded saver, and the object-store tier behind it
+/// (inactive without `--upload-to`), whose failures come back like the saver's.
+struct RankTarget {
+    saver: ShardedSaver<crate::Mlp>,
+    tier: Tier,
+}
+
+impl SaveTarget for RankTarget {
+    type Error = Error;
+    fn in_flight(&self) -> usize {
+        self.saver.in_flight()
+    }
+    fn poll(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        let events = SaveTarget::poll(&mut self.saver)?;
+        self.tier.published(&events)?;
+        Ok(events)
+    }
+    fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        let events = SaveTarget::wait_idle(&mut self.saver)?;
+        self.tier.published(&events)?;
+        Ok(events)
+    }
+    fn blocked_total(&self) -> Duration {
+        self.saver.blocked_total()
+    }
+}
+
+impl RankTarget {
+    /// Closes the saver (every save published), then waits for every upload.
+    fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
+        let RankTarget { saver, mut tier } = self;
+        let events = saver.close()?;
+        tier.published(&events)?;
+        tier.finish()?;
+        Ok(events)
+    }
 }
 
 /// The target of a run without checkpoints.

@@ -22,6 +22,12 @@
 //! 4. retention deletes only checkpoints older than the one `latest` names, each manifest
 //!    first, so a checkpoint stops existing at once, then its parts.
 //!
+//! [`Remote::upload`] runs the protocol in one call. A sharded checkpoint splits it between
+//! ranks with [`Remote::begin_upload`] (rank 0), [`Remote::upload_parts`] (every rank, its own
+//! part) and [`Remote::commit_upload`] (rank 0, after every rank reported success; it checks
+//! every listed part is in the store with its size before writing the manifest); ckpt-zero's
+//! `upload` module does this over a collective.
+//!
 //! # Crash cases
 //! - Interrupted during the parts (a failure, a crash, the server gone): no manifest, so
 //!   nothing is published; a failed multipart upload is aborted. Parts left by a crash are
@@ -39,5 +45,7 @@ mod remote;
 mod uploader;
 
 pub use error::{Error, Result};
-pub use remote::{LatestPointer, Remote, RemoteCheckpoint, RemoteConfig, Restored, Uploaded};
+pub use remote::{
+    LatestPointer, Remote, RemoteCheckpoint, RemoteConfig, Restored, UploadPlan, Uploaded,
+};
 pub use uploader::Uploader;

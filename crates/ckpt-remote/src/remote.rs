@@ -95,6 +95,16 @@ pub struct Restored {
     pub skipped: Vec<(u64, String)>,
 }
 
+/// What [`Remote::begin_upload`] found for a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadPlan {
+    /// The parts must be uploaded: the step is not in the store, or a different copy of it
+    /// was there and its manifest has been removed.
+    Parts,
+    /// The store already holds an identical copy: only `latest` and retention remain.
+    AlreadyThere,
+}
+
 /// What one upload did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uploaded {
@@ -418,20 +428,31 @@ impl Remote {
     /// backwards) and applies remote retention. See the crate docs for the protocol and its
     /// crash cases. A failure publishes nothing: parts may remain, unlisted by any manifest,
     /// and multipart uploads are aborted.
+    ///
+    /// It is [`Remote::begin_upload`], [`Remote::upload_parts`] of every part and
+    /// [`Remote::commit_upload`] in one call; a sharded checkpoint splits the parts between
+    /// its ranks instead.
     pub fn upload(&self, dir: &Path) -> Result<Uploaded> {
         let t0 = Instant::now();
+        let plan = self.begin_upload(dir)?;
+        let bytes = match plan {
+            UploadPlan::Parts => {
+                let m = ckpt_core::read_manifest(dir)?;
+                self.upload_parts(dir, m.files.iter().map(|f| f.name.as_str()))?
+            }
+            UploadPlan::AlreadyThere => 0,
+        };
+        self.commit_upload(dir, plan, bytes, t0)
+    }
+
+    /// The first step of an upload of the published local checkpoint `dir`: compares it with
+    /// the remote copy of its step. An identical remote copy needs no parts
+    /// ([`UploadPlan::AlreadyThere`]: a re-run, or a retry). A different one (a replaced step)
+    /// stops existing first, its manifest deleted, so no reader can pair the old manifest
+    /// with new parts.
+    pub fn begin_upload(&self, dir: &Path) -> Result<UploadPlan> {
         let m = ckpt_core::read_manifest(dir)?;
         let step = m.step;
-        let mkey = self.step_key(step, MANIFEST_FILE);
-        let upload_err = |key: &Key| {
-            let key = key.to_string();
-            move |source| Error::Upload {
-                step,
-                key: key.clone(),
-                source,
-            }
-        };
-        // Already there with the same contents: nothing to upload (a re-run, or a retry).
         let existing = match self.manifest(step) {
             Ok(m) => Some(m),
             // Missing or unreadable: (re)upload it.
@@ -439,20 +460,83 @@ impl Remote {
             Err(Error::Store { key, source }) => return Err(Error::Upload { step, key, source }),
             Err(e) => return Err(e),
         };
-        let mut bytes = 0;
-        if existing.as_ref().map(|e| &e.files) != Some(&m.files) {
-            if existing.is_some() {
-                // A replaced step: the old copy stops existing first (manifest removed), so
-                // no reader can pair the old manifest with new parts.
+        match existing {
+            Some(e) if e.files == m.files => Ok(UploadPlan::AlreadyThere),
+            Some(_) => {
+                let mkey = self.step_key(step, MANIFEST_FILE);
                 self.rt
                     .block_on(self.store.delete(&mkey))
-                    .map_err(upload_err(&mkey))?;
+                    .map_err(|source| Error::Upload {
+                        step,
+                        key: mkey.to_string(),
+                        source,
+                    })?;
+                Ok(UploadPlan::Parts)
             }
-            let mut throttle = Throttle::new(self.config.max_bytes_per_sec);
+            None => Ok(UploadPlan::Parts),
+        }
+    }
+
+    /// Uploads the parts `names` of the published local checkpoint `dir` (after
+    /// [`Remote::begin_upload`] said [`UploadPlan::Parts`]), each checked against the local
+    /// manifest while it is read. Publishes nothing. Returns the bytes uploaded. `dir` needs
+    /// only its manifest and these parts (one rank's share of a sharded checkpoint).
+    pub fn upload_parts<'a>(
+        &self,
+        dir: &Path,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<u64> {
+        let m = ckpt_core::read_manifest(dir)?;
+        let mut throttle = Throttle::new(self.config.max_bytes_per_sec);
+        let mut bytes = 0;
+        for name in names {
+            let f = m.file(name).ok_or_else(|| Error::Corrupt {
+                key: self.step_key(m.step, name).to_string(),
+                reason: format!("not a part of {}", dir.join(MANIFEST_FILE).display()),
+            })?;
+            bytes += self.upload_part(m.step, &dir.join(name), f, &mut throttle)?;
+        }
+        Ok(bytes)
+    }
+
+    /// The last step of an upload: with [`UploadPlan::Parts`], checks that every part the
+    /// local manifest of `dir` lists is in the store with its size (whoever uploaded it),
+    /// then writes the manifest, the commit point. Then moves `latest` to the step (never
+    /// backwards) and applies remote retention. `bytes` and `started` are reported back.
+    pub fn commit_upload(
+        &self,
+        dir: &Path,
+        plan: UploadPlan,
+        bytes: u64,
+        started: Instant,
+    ) -> Result<Uploaded> {
+        let m = ckpt_core::read_manifest(dir)?;
+        let step = m.step;
+        if plan == UploadPlan::Parts {
             for f in &m.files {
-                bytes += self.upload_part(step, &dir.join(&f.name), f, &mut throttle)?;
+                let key = self.step_key(step, &f.name);
+                let upload_err = |source| Error::Upload {
+                    step,
+                    key: key.to_string(),
+                    source,
+                };
+                let meta = self
+                    .rt
+                    .block_on(self.store.head(&key))
+                    .map_err(upload_err)?;
+                if meta.size != f.size {
+                    return Err(Error::Corrupt {
+                        key: key.to_string(),
+                        reason: format!(
+                            "uploaded size {} differs from the manifest's {}; step {step} was \
+                             not published",
+                            meta.size, f.size
+                        ),
+                    });
+                }
             }
             // The commit point: the manifest, only after every part completed.
+            let mkey = self.step_key(step, MANIFEST_FILE);
             let manifest_bytes =
                 std::fs::read(dir.join(MANIFEST_FILE)).map_err(|e| Error::Local {
                     step,
@@ -461,14 +545,18 @@ impl Remote {
                 })?;
             self.rt
                 .block_on(self.store.put(&mkey, PutPayload::from(manifest_bytes)))
-                .map_err(upload_err(&mkey))?;
+                .map_err(|source| Error::Upload {
+                    step,
+                    key: mkey.to_string(),
+                    source,
+                })?;
         }
         let latest = self.move_latest(step)?;
         let removed = self.apply_retention()?;
         Ok(Uploaded {
             step,
             bytes,
-            elapsed: t0.elapsed(),
+            elapsed: started.elapsed(),
             latest,
             removed,
         })

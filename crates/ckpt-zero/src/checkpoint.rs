@@ -157,11 +157,18 @@ impl<M> fmt::Debug for ShardedSaver<M> {
     }
 }
 
+/// Called on a rank's checkpoint thread with the step and the directory of each checkpoint
+/// every rank agreed was published, before the thread takes any later save: the checkpoint's
+/// files are all still there (retention removes a checkpoint only when a later one is
+/// published), so the hook can hand them on, as [`crate::upload::ShardUploader`] does.
+pub type AfterPublish = Box<dyn FnMut(u64, &Path) + Send>;
+
 struct Worker {
     group: Box<dyn Collective>,
     format: ShardFormat,
     root: PathBuf,
     engine: Option<Engine>,
+    after_publish: Option<AfterPublish>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -186,6 +193,17 @@ impl<M: Module + 'static> ShardedSaver<M> {
         root: PathBuf,
         engine: Option<Engine>,
     ) -> Result<Self> {
+        Self::start_with(group, format, root, engine, None)
+    }
+
+    /// [`Self::start`], with a hook called after every published save (see [`AfterPublish`]).
+    pub fn start_with(
+        group: Box<dyn Collective>,
+        format: ShardFormat,
+        root: PathBuf,
+        engine: Option<Engine>,
+        after_publish: Option<AfterPublish>,
+    ) -> Result<Self> {
         if (group.rank() == 0) != engine.is_some() {
             return Err(Error::Config(
                 "exactly rank 0 of the checkpoint group owns the engine".into(),
@@ -199,6 +217,7 @@ impl<M: Module + 'static> ShardedSaver<M> {
             format,
             root: root.clone(),
             engine,
+            after_publish,
         };
         let thread = std::thread::Builder::new()
             .name(format!("ckpt-zero-rank-{rank}"))
@@ -207,6 +226,12 @@ impl<M: Module + 'static> ShardedSaver<M> {
                 ckpt_core::priority::lower_current_thread(ckpt_core::EngineConfig::PERSIST_NICE);
                 for job in rx {
                     let r = worker.save(job);
+                    if let (Ok(o), Some(hook)) = (&r, worker.after_publish.as_mut()) {
+                        hook(
+                            o.step,
+                            &worker.root.join(ckpt_core::checkpoint_dir_name(o.step)),
+                        );
+                    }
                     // After a failure every rank agreed on, the ranks are still in step and
                     // the next save can be taken; after any other, the group is unusable.
                     let go_on = !matches!(r, Err(Error::CheckpointGroupFailed { .. }));

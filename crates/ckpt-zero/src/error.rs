@@ -50,6 +50,21 @@ pub enum Error {
         /// Which rank failed and how.
         reason: String,
     },
+    /// The object-store tier failed on this rank (feature `remote`): the error names the step
+    /// and the object key.
+    #[cfg(feature = "remote")]
+    #[error(transparent)]
+    Remote(#[from] ckpt_remote::Error),
+    /// A sharded checkpoint was not published to the object store because a rank's part of
+    /// the upload failed: no remote manifest was written for `step`. Its local copy is
+    /// published.
+    #[error("uploading step {step}: not published remotely: {reason}")]
+    UploadNotPublished {
+        /// The step.
+        step: u64,
+        /// Which rank failed and how (naming the object key).
+        reason: String,
+    },
     /// Invalid settings.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -69,10 +84,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl ckpt_core::SaveFailure for Error {
     fn failed_step(&self) -> Option<u64> {
         match self {
-            Error::NotPublished { step, .. } | Error::CheckpointGroupFailed { step, .. } => {
-                Some(*step)
-            }
+            Error::NotPublished { step, .. }
+            | Error::CheckpointGroupFailed { step, .. }
+            | Error::UploadNotPublished { step, .. } => Some(*step),
             Error::Core(e) => e.failed_step(),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => e.failed_step(),
             _ => None,
         }
     }
@@ -80,12 +97,21 @@ impl ckpt_core::SaveFailure for Error {
     /// on); not a collective failure, after which the ranks are no longer in step.
     fn is_save_failure(&self) -> bool {
         match self {
-            Error::NotPublished { .. } => true,
+            Error::NotPublished { .. } | Error::UploadNotPublished { .. } => true,
             Error::Core(e) => e.is_save_failure(),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => e.is_save_failure(),
             _ => false,
         }
     }
+    /// An upload failing leaves the local checkpoint published.
     fn after_publication(&self) -> bool {
-        matches!(self, Error::Core(e) if e.after_publication())
+        match self {
+            Error::Core(e) => e.after_publication(),
+            Error::UploadNotPublished { .. } => true,
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => e.after_publication(),
+            _ => false,
+        }
     }
 }

@@ -9,6 +9,8 @@
 //!   it over a dedicated checkpoint group and rank 0 publishes, consolidated or per rank.
 //! - [`shards`]: merge and split optimizer records, so a checkpoint written by N ranks loads on M.
 //! - [`strategy`]: ZeRO-1 as a training strategy for Burn's `SupervisedTraining`.
+//! - `upload` (feature `remote`): every rank uploads its part of each sharded checkpoint to an
+//!   object store; rank 0 publishes it there once every part is up.
 //! - [`ranks`]: how ranks agree at a step boundary (save, stop) and how rank threads join.
 
 pub mod checkpoint;
@@ -18,9 +20,11 @@ pub mod partition;
 pub mod ranks;
 pub mod shards;
 pub mod strategy;
+#[cfg(feature = "remote")]
+pub mod upload;
 pub mod zero;
 
-pub use checkpoint::{OptimShard, ShardFormat, ShardJob, ShardOutcome, ShardedSaver};
+pub use checkpoint::{AfterPublish, OptimShard, ShardFormat, ShardJob, ShardOutcome, ShardedSaver};
 pub use error::{Error, Result};
 pub use partition::{ParamInfo, Partition, float_params};
 pub use ranks::{agree_on_boundary, join_ranks};
