@@ -40,9 +40,10 @@ fn learner_hook<M: LearnerModel>(
         .with_checkpointing_strategy(AlwaysSave)
         .with_training_strategy(                     // optional: checkpoint every 100 steps
             CkptTrainingStrategy::new(device, &ckpt, FrequencyPolicy::EverySteps(100))
+                .resume_latest()                     // continue from the newest valid checkpoint
                 .into_training_strategy())
         .num_epochs(10)
-        .launch(learner);                            // resume: .checkpoint(n)
+        .launch(learner);
     ckpt.finish()?;                                  // waits for the last save, returns any error
     Ok(())
 }

@@ -122,6 +122,10 @@ struct Args {
     /// Continue from the newest valid checkpoint in --dir, if there is one.
     #[arg(long)]
     resume: bool,
+    /// Start over in a --dir that holds checkpoints: they are moved aside to .rewound-* first.
+    /// Without --resume or --fresh such a --dir is refused before training starts.
+    #[arg(long, conflicts_with = "resume")]
+    fresh: bool,
     /// A fresh start takes its model (ParamIds included) from this checkpoint directory.
     #[arg(long)]
     init_from: Option<PathBuf>,
@@ -330,6 +334,7 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         Mode::Burn => SaveMode::Burn,
     };
     cfg.resume = args.resume;
+    cfg.fresh = args.fresh;
     cfg.init_from = args.init_from.clone();
     cfg.abort_at_step = args.abort_at_step;
     cfg.backend = backend(args.backend)?;

@@ -129,14 +129,66 @@ fn train_steps(
     every: u64,
     resume: Option<usize>,
 ) -> LearningResult<Tiny> {
+    let how = match resume {
+        Some(step) => How::Checkpoint(step),
+        None => How::Fresh,
+    };
+    train_steps_with(dir, epochs, every, how)
+}
+
+/// How a run starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum How {
+    /// A fresh run.
+    Fresh,
+    /// A fresh run that starts over in a used root (`CkptCheckpointers::overwrite(true)`).
+    Overwrite,
+    /// Burn's `.checkpoint(step)`.
+    Checkpoint(usize),
+    /// `CkptTrainingStrategy::resume_latest()`.
+    Latest,
+}
+
+fn train_steps_with(dir: &Path, epochs: usize, every: u64, how: How) -> LearningResult<Tiny> {
+    train_steps_full(dir, epochs, every, how, None)
+}
+
+/// What makes a run hard to resume exactly: a shuffled loader, dropout (and the deterministic
+/// mode that replays it).
+#[derive(Debug, Clone, Copy)]
+struct Randomness {
+    shuffle: u64,
+    dropout: f64,
+    deterministic: Option<u64>,
+}
+
+fn train_steps_full(
+    dir: &Path,
+    epochs: usize,
+    every: u64,
+    how: How,
+    random: Option<Randomness>,
+) -> LearningResult<Tiny> {
     let device = Device::flex().autodiff();
-    let (train, valid) = loaders(16, None);
+    let (train, valid) = loaders(16, random.map(|r| r.shuffle));
+    let resume = match how {
+        How::Checkpoint(step) => Some(step),
+        _ => None,
+    };
 
     // The lines a user adds:
-    let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
+    let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt")))
+        .unwrap()
+        .overwrite(how == How::Overwrite);
     let (model_ckpt, optim_ckpt, sched_ckpt) = ckpt.checkpointers();
-    let strategy =
+    let mut strategy =
         CkptTrainingStrategy::new(device.clone(), &ckpt, FrequencyPolicy::EverySteps(every));
+    if how == How::Latest {
+        strategy = strategy.resume_latest();
+    }
+    if let Some(seed) = random.and_then(|r| r.deterministic) {
+        strategy = strategy.deterministic(seed);
+    }
     let mut training = SupervisedTraining::new(dir.join("burn"), train, valid)
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(LossMetric::new())
@@ -148,7 +200,8 @@ fn train_steps(
     if let Some(step) = resume {
         training = training.checkpoint(step);
     }
-    let result = training.launch(learner(Tiny::new(&device)));
+    let model = Tiny::with_dropout(&device, random.map_or(0.0, |r| r.dropout));
+    let result = training.launch(learner(model));
     ckpt.finish().unwrap();
     result
 }
@@ -247,4 +300,224 @@ fn a_checkpoint_the_strategy_cannot_resume_from_is_an_error_naming_it() {
         vec![3, 4, 20]
     );
     assert_eq!(read(&root, 3, MODEL_FILE), m3);
+}
+
+fn steps(root: &Path) -> Vec<u64> {
+    ckpt_core::list_checkpoints(root, true)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect()
+}
+
+fn rewound(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(ckpt_core::REWOUND_PREFIX))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_fresh_run_in_a_used_root_is_refused_before_training_and_overwrite_moves_the_old_run_aside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ckpt");
+    let first = train_steps(tmp.path(), 2, 3, None);
+    assert!(first.error.is_none(), "{:?}", first.error);
+    let m8 = read(&root, 8, MODEL_FILE);
+
+    // A new run, not resuming, in the same root: refused before it trains a step.
+    let refused = train_steps(tmp.path(), 1, 3, None);
+    let err = refused
+        .error
+        .map(|e| e.to_string())
+        .expect("must be refused");
+    assert!(
+        err.contains("already holds checkpoints") && err.contains("step-00000008"),
+        "{err}"
+    );
+    assert!(
+        err.contains("resume_latest") && err.contains("overwrite(true)"),
+        "{err}"
+    );
+    assert_eq!(steps(&root), [3, 4, 6, 8], "the old run is untouched");
+    assert_eq!(read(&root, 8, MODEL_FILE), m8);
+    assert_eq!(
+        ckpt_core::read_latest(&root).unwrap().as_deref(),
+        Some("step-00000008")
+    );
+
+    // Starting over explicitly: the old run is moved aside, visibly, and `latest` names the
+    // new run's newest checkpoint, never the old run's.
+    let over = train_steps_with(tmp.path(), 1, 3, How::Overwrite);
+    assert!(over.error.is_none(), "{:?}", over.error);
+    assert_eq!(steps(&root), [3, 4]);
+    assert_eq!(
+        ckpt_core::read_latest(&root).unwrap().as_deref(),
+        Some("step-00000004")
+    );
+    let aside = rewound(&root);
+    assert_eq!(aside.len(), 4, "{aside:?}");
+    assert!(aside[3].starts_with(".rewound-step-00000008-"), "{aside:?}");
+}
+
+#[test]
+fn resuming_from_an_older_step_rewinds_the_later_timeline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ckpt");
+    assert!(train_steps(tmp.path(), 2, 3, None).error.is_none());
+    assert_eq!(steps(&root), [3, 4, 6, 8]);
+
+    // Resume from step 4 (the end of epoch 1) with 1 epoch: nothing is left to train, and the
+    // checkpoints after step 4 belong to a timeline this run abandoned.
+    let r = train_steps(tmp.path(), 1, 3, Some(4));
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(steps(&root), [3, 4]);
+    assert_eq!(
+        ckpt_core::read_latest(&root).unwrap().as_deref(),
+        Some("step-00000004")
+    );
+    let aside = rewound(&root);
+    assert_eq!(aside.len(), 2, "{aside:?}");
+    assert!(aside[0].starts_with(".rewound-step-00000006-"), "{aside:?}");
+    // A later resume_latest() continues the current timeline.
+    let again = train_steps_with(tmp.path(), 2, 3, How::Latest);
+    assert!(again.error.is_none(), "{:?}", again.error);
+    assert_eq!(steps(&root), [3, 4, 6, 8]);
+}
+
+#[test]
+fn resume_latest_needs_no_step_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ckpt");
+    // On an empty root it is a fresh start.
+    let full = train_steps_with(tmp.path(), 2, 3, How::Latest);
+    assert!(full.error.is_none(), "{:?}", full.error);
+    assert_eq!(steps(&root), [3, 4, 6, 8]);
+    let want: Vec<Vec<u8>> = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE]
+        .iter()
+        .map(|f| read(&root, 8, f))
+        .collect();
+
+    // As if the run had died during step 7.
+    std::fs::remove_dir_all(root.join(checkpoint_dir_name(8))).unwrap();
+    let resumed = train_steps_with(tmp.path(), 2, 3, How::Latest);
+    assert!(resumed.error.is_none(), "{:?}", resumed.error);
+    assert_eq!(steps(&root), [3, 4, 6, 8]);
+    for (f, want) in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE].iter().zip(want) {
+        assert!(
+            read(&root, 8, f) == want,
+            "{f} differs from the uninterrupted run"
+        );
+    }
+    assert!(rewound(&root).is_empty());
+}
+
+#[test]
+fn a_checkpoint_number_naming_no_checkpoint_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(train_steps(tmp.path(), 1, 3, None).error.is_none());
+    // Burn's `load_checkpoint` panics on any restore error (`expect`), before the strategy
+    // runs; the message is ours and says what to pass instead.
+    let Err(panic) = std::panic::catch_unwind(|| train_steps(tmp.path(), 1, 3, Some(2))) else {
+        panic!("Burn panics on a failed restore");
+    };
+    let msg = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        msg.contains("holds no checkpoint step-00000002") && msg.contains("the newest is 4"),
+        "{msg}"
+    );
+    assert!(msg.contains("resume_latest"), "{msg}");
+}
+
+/// Copies the checkpoints of `from` up to `step` into a fresh root `to`, as if the run had
+/// died right after publishing `step`.
+fn crashed_copy(from: &Path, to: &Path, step: u64) {
+    std::fs::create_dir_all(to).unwrap();
+    for s in steps(from).into_iter().filter(|s| *s <= step) {
+        let (a, b) = (
+            from.join(checkpoint_dir_name(s)),
+            to.join(checkpoint_dir_name(s)),
+        );
+        std::fs::create_dir(&b).unwrap();
+        for e in std::fs::read_dir(&a).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), b.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn assert_same_final(a: &Path, b: &Path, step: u64, what: &str) {
+    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+        assert!(
+            read(a, step, f) == read(b, step, f),
+            "{what}: {f} of step {step} differs from the uninterrupted run's"
+        );
+    }
+}
+
+#[test]
+fn a_shuffled_loader_and_dropout_resume_exactly_at_any_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let random = Randomness {
+        shuffle: 3,
+        dropout: 0.3,
+        deterministic: Some(11),
+    };
+    // 3 epochs of 4 steps; checkpoints every 3 steps and at every epoch end.
+    let full = tmp.path().join("full");
+    let r = train_steps_full(&full, 3, 3, How::Fresh, Some(random));
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let root = full.join("ckpt");
+    assert_eq!(steps(&root), [3, 4, 6, 8, 9, 12]);
+
+    // Mid-epoch 1, mid-epoch 2, right after the end of epoch 2, mid-epoch 3.
+    for k in [3, 6, 8, 9] {
+        let run = tmp.path().join(format!("resumed-{k}"));
+        crashed_copy(&root, &run.join("ckpt"), k);
+        let r = train_steps_full(&run, 3, 3, How::Latest, Some(random));
+        assert!(r.error.is_none(), "resume from {k}: {:?}", r.error);
+        assert_same_final(
+            &root,
+            &run.join("ckpt"),
+            12,
+            &format!("resumed from step {k}"),
+        );
+    }
+}
+
+#[test]
+fn without_deterministic_mode_dropout_does_not_replay() {
+    // The control: the same resume, dropout not re-seeded, ends elsewhere (so the test above
+    // can fail).
+    let tmp = tempfile::tempdir().unwrap();
+    let random = Randomness {
+        shuffle: 3,
+        dropout: 0.3,
+        deterministic: None,
+    };
+    let full = tmp.path().join("full");
+    assert!(
+        train_steps_full(&full, 3, 3, How::Fresh, Some(random))
+            .error
+            .is_none()
+    );
+    let run = tmp.path().join("resumed");
+    crashed_copy(&full.join("ckpt"), &run.join("ckpt"), 6);
+    assert!(
+        train_steps_full(&run, 3, 3, How::Latest, Some(random))
+            .error
+            .is_none()
+    );
+    assert_ne!(
+        read(&full.join("ckpt"), 12, MODEL_FILE),
+        read(&run.join("ckpt"), 12, MODEL_FILE)
+    );
 }

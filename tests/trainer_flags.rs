@@ -26,3 +26,70 @@ fn a_flag_given_twice_takes_the_last_value() {
     assert_eq!(r["final_step"], 6, "{r}");
     assert_eq!(assert_published_valid(&dir), [3, 6]);
 }
+
+#[test]
+fn a_fresh_run_in_a_used_dir_is_refused_before_training_and_fresh_starts_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    trainer(&dir).steps(12).save_every(4).run_ok();
+    let m12 = std::fs::read(step_dir(&dir, 12).join(FILES[0])).unwrap();
+
+    // Another run (another seed) without --resume: refused before its first step.
+    let refused = trainer(&dir).steps(6).save_every(2).arg("--seed", 99).run();
+    assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("already holds checkpoints (newest step-00000012)")
+            && refused.stderr.contains("--resume")
+            && refused.stderr.contains("--fresh"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains("step 1/"),
+        "refused before training: {}",
+        refused.stderr
+    );
+    assert_eq!(assert_published_valid(&dir), [4, 8, 12]);
+    assert_eq!(
+        std::fs::read(step_dir(&dir, 12).join(FILES[0])).unwrap(),
+        m12
+    );
+
+    // --fresh starts over: the old run is moved aside, `latest` names the new run's newest,
+    // and --resume continues the new run.
+    let fresh = trainer(&dir)
+        .steps(6)
+        .save_every(2)
+        .arg("--seed", 99)
+        .flag("--fresh")
+        .run_ok();
+    assert!(fresh.stderr.contains("moved aside"), "{}", fresh.stderr);
+    assert_eq!(assert_published_valid(&dir), [2, 4, 6]);
+    assert_eq!(
+        burn_ckpt::ckpt_core::read_latest(&dir).unwrap().as_deref(),
+        Some("step-00000006")
+    );
+    let aside = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".rewound-step-")
+        })
+        .count();
+    assert_eq!(aside, 3);
+    let resumed = trainer(&dir)
+        .steps(8)
+        .save_every(2)
+        .arg("--seed", 99)
+        .flag("--resume")
+        .run_ok();
+    assert!(
+        resumed.stderr.contains("resumed from step 6"),
+        "{}",
+        resumed.stderr
+    );
+}

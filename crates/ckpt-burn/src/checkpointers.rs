@@ -37,6 +37,15 @@
 //! - Saving a key that is already published (training resumed from an earlier epoch and reached
 //!   it again) replaces the old directory in one atomic exchange, so the key always has a valid
 //!   copy (Burn's file checkpointer overwrites its files in the same situation).
+//! - **Safe by default.** A run that does not resume never writes into a root that holds
+//!   checkpoints: its first save fails with [`crate::Error::UsedRoot`], saying how to resume
+//!   or start over, and the old run's checkpoints stay untouched.
+//!   [`CkptCheckpointers::overwrite`] starts over explicitly: the old checkpoints are moved
+//!   aside to `ROOT/.rewound-*` (each a warning) before the first save.
+//! - **Rewind.** A run resumed from a checkpoint older than the newest one (Burn's
+//!   `.checkpoint(k)`) abandons the later timeline: at the restore, every newer checkpoint is
+//!   moved aside to `ROOT/.rewound-*` ([`ckpt_core::Engine::rewind`], each a warning) and
+//!   `latest` names `k`, so `latest` always names a checkpoint of the current timeline.
 //! - Errors (encode, I/O, a background failure of an earlier save) are returned from `save` /
 //!   `restore`; Burn's `AsyncCheckpointer` then fails the training through its interrupter, and
 //!   they show in `LearningResult::error`.
@@ -89,12 +98,28 @@ enum Record {
 pub struct Collector {
     root: PathBuf,
     engine: Mutex<Option<Engine>>,
+    /// What start-up recovery did when the engine was opened.
+    recovery: RecoveryReport,
+    guard: Mutex<RunGuard>,
     pending: Mutex<BTreeMap<usize, Pending>>,
     /// Per key: epoch and extra manifest entries (absent: the key is the epoch).
     annotations: Mutex<BTreeMap<usize, Annotation>>,
 }
 
 type Annotation = (u64, BTreeMap<String, serde_json::Value>);
+
+/// How this run relates to the checkpoints already in the root.
+#[derive(Debug, Default)]
+struct RunGuard {
+    /// The newest valid checkpoint found at open (`None`: an empty root).
+    existing: Option<u64>,
+    /// The checkpoint this run resumed from (Burn restored it, or the strategy did).
+    resumed: Option<u64>,
+    /// Start over in a used root: move its checkpoints aside.
+    overwrite: bool,
+    /// The rewind (if any) is done and the run may save.
+    settled: bool,
+}
 
 impl std::fmt::Debug for Collector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,10 +130,16 @@ impl std::fmt::Debug for Collector {
 }
 
 impl Collector {
-    fn new(engine: Engine) -> Self {
+    fn new(engine: Engine, recovery: RecoveryReport) -> Self {
+        let guard = RunGuard {
+            existing: recovery.latest.as_ref().map(|c| c.step),
+            ..Default::default()
+        };
         Self {
             root: engine.root().to_path_buf(),
             engine: Mutex::new(Some(engine)),
+            recovery,
+            guard: Mutex::new(guard),
             pending: Mutex::new(BTreeMap::new()),
             annotations: Mutex::new(BTreeMap::new()),
         }
@@ -117,6 +148,60 @@ impl Collector {
     /// The checkpoint root.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// What start-up recovery did when the engine was opened (removed temporary data,
+    /// quarantined checkpoints, the newest valid one).
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// The newest valid checkpoint found when the engine was opened.
+    pub fn latest_step(&self) -> Option<u64> {
+        lock(&self.guard).existing
+    }
+
+    /// Records that this run resumed from checkpoint `step` and rewinds to it (see the module
+    /// docs). Burn's restore through the checkpointers calls it; so does a strategy that
+    /// restores the learner itself.
+    pub fn resumed_from(&self, step: u64) -> Result<()> {
+        {
+            let mut g = lock(&self.guard);
+            if g.resumed.is_some() {
+                return Ok(());
+            }
+            g.resumed = Some(step);
+        }
+        self.settle()
+    }
+
+    /// Makes the root ready for this run's first save: the rewind of a resumed run, the
+    /// moving aside of an overwritten run; [`crate::Error::UsedRoot`] for a run that neither
+    /// resumes nor overwrites a root holding checkpoints. Idempotent once it succeeded.
+    pub fn settle(&self) -> Result<()> {
+        let mut g = lock(&self.guard);
+        if g.settled {
+            return Ok(());
+        }
+        let to = match (g.existing, g.resumed, g.overwrite) {
+            (None, _, _) => {
+                g.settled = true;
+                return Ok(());
+            }
+            (Some(_), Some(k), _) => Some(k),
+            (Some(_), None, true) => None,
+            (Some(newest), None, false) => {
+                return Err(crate::Error::UsedRoot {
+                    root: self.root.clone(),
+                    newest,
+                });
+            }
+        };
+        if let Some(engine) = lock(&self.engine).as_mut() {
+            engine.rewind(to)?;
+        }
+        g.settled = true;
+        Ok(())
     }
 
     /// Records `epoch` and extra manifest entries for the checkpoint of `key` (for callers
@@ -212,6 +297,7 @@ impl Collector {
             sink.write_all(&scheduler.into_bytes()?)?;
             Ok(())
         };
+        self.settle().map_err(unknown)?;
         let mut snapshot = Snapshot::new(step)
             .with_epoch(epoch)
             .with_meta("source", "burn-learning-checkpointer")
@@ -234,7 +320,21 @@ impl Collector {
             engine.wait_idle().map_err(unknown)?;
         }
         let dir = self.root.join(checkpoint_dir_name(key as u64));
+        if !dir.exists() {
+            return Err(unknown(format!(
+                "{} holds no checkpoint {}: SupervisedTraining::checkpoint(n) takes the step of \
+                 a published checkpoint ({}), or let CkptTrainingStrategy::resume_latest() find it",
+                self.root.display(),
+                checkpoint_dir_name(key as u64),
+                match self.latest_step() {
+                    Some(s) => format!("the newest is {s}"),
+                    None => "there are none".into(),
+                }
+            )));
+        }
         let bytes = ckpt_core::read_part(&dir, part).map_err(unknown)?;
+        // Burn restores before training: this run continues from `key`.
+        self.resumed_from(key as u64).map_err(unknown)?;
         Ok(Bytes::from_bytes_vec(bytes))
     }
 
@@ -269,14 +369,30 @@ impl CkptCheckpointers {
     /// Like [`Self::open`], also returning the start-up recovery report.
     pub fn open_with_report(config: EngineConfig) -> Result<(Self, RecoveryReport)> {
         let (engine, report) = Engine::open(config)?;
-        Ok((Self::from_engine(engine), report))
+        Ok((
+            Self::from_engine_with_report(engine, report.clone()),
+            report,
+        ))
     }
 
-    /// Uses an engine that is already open.
+    /// Uses an engine that is already open (its recovery report unknown).
     pub fn from_engine(engine: Engine) -> Self {
+        Self::from_engine_with_report(engine, RecoveryReport::default())
+    }
+
+    /// Uses an engine that is already open, with the report its `open` returned.
+    pub fn from_engine_with_report(engine: Engine, recovery: RecoveryReport) -> Self {
         Self {
-            collector: Arc::new(Collector::new(engine)),
+            collector: Arc::new(Collector::new(engine, recovery)),
         }
+    }
+
+    /// Start over in a root that holds checkpoints of an earlier run: before this run's first
+    /// save they are moved aside to `ROOT/.rewound-*` (each a warning), instead of the save
+    /// being refused ([`crate::Error::UsedRoot`]). No effect on a run that resumes.
+    pub fn overwrite(self, yes: bool) -> Self {
+        lock(&self.collector.guard).overwrite = yes;
+        self
     }
 
     /// The shared collector.
@@ -306,6 +422,13 @@ macro_rules! checkpointer {
         #[doc = $doc]
         #[derive(Debug, Clone)]
         pub struct $name(Arc<Collector>);
+
+        impl $name {
+            /// The checkpointer of `collector`'s root.
+            pub fn new(collector: Arc<Collector>) -> Self {
+                Self(collector)
+            }
+        }
 
         impl Checkpointer<$rec> for $name {
             fn save(

@@ -49,6 +49,22 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A run that does not resume was about to write into a root that holds checkpoints of an
+    /// earlier run. Refused, so the old run's steps are never replaced silently.
+    #[error(
+        "{} already holds checkpoints of an earlier run (newest step-{newest:08}) and this run \
+         does not resume from one: to continue that run, resume it \
+         (CkptTrainingStrategy::resume_latest(), or SupervisedTraining::checkpoint({newest})); \
+         to start over, use CkptCheckpointers::overwrite(true), which moves them aside to \
+         .rewound-*, or another directory",
+        root.display()
+    )]
+    UsedRoot {
+        /// The checkpoint root.
+        root: PathBuf,
+        /// Its newest valid checkpoint.
+        newest: u64,
+    },
     /// There is no checkpoint to restore from.
     #[error("{}: no valid checkpoint found", root.display())]
     NoCheckpoint {

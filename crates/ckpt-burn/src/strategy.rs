@@ -24,8 +24,7 @@
 //! let result = training
 //!     .with_custom_checkpointers(m, o, s)
 //!     .with_checkpointing_strategy(AlwaysSave)
-//!     .with_training_strategy(strategy.into_training_strategy())
-//!     // resume: .checkpoint(step) with a published step (ckpt_core::read_latest)
+//!     .with_training_strategy(strategy.resume_latest().into_training_strategy())
 //!     .launch(learner);
 //! ckpt.finish()?;
 //! # Ok(()) }
@@ -37,12 +36,17 @@
 //!   training thread (`model.clone().into_record()`), the optimizer and scheduler records too;
 //!   encoding and writing happen on the engine's persist thread. Burn's `AsyncCheckpointer`
 //!   rendezvous channels mean a save blocks while the previous one is still being handed over.
-//! - Resume restores model, optimizer and scheduler exactly (Burn's `.checkpoint(step)` path),
-//!   then skips the batches of the interrupted epoch that were already trained by drawing and
-//!   discarding them. That reproduces the data order only if the loader's order is a pure
-//!   function of the epoch; Burn's shuffled `DataLoaderBuilder` loaders reshuffle per `iter()`
-//!   call and restart their RNG in a new process, exactly as with Burn's own resume. The backend
-//!   RNG and metric state are not restored.
+//! - Resume restores model, optimizer and scheduler exactly (Burn's `.checkpoint(step)` path,
+//!   or [`CkptTrainingStrategy::resume_latest`]). Burn's shuffled `DataLoaderBuilder` loaders
+//!   draw a new order at every `iter()` from an RNG that starts afresh in each process, so the
+//!   strategy replays one `iter()` per earlier epoch, then skips the batches of the interrupted
+//!   epoch that were already trained by drawing and discarding them (`DataLoader::slice` would
+//!   not give the same items: it slices before shuffling). That reproduces the order of
+//!   `batch_size(..).shuffle(seed)` loaders with no workers or `num_workers(1)`; with more
+//!   workers Burn interleaves their batches in arrival order, which no resume can replay (the
+//!   loader trait does not expose its worker count, so this cannot be checked: use one worker
+//!   for exact resume). Dropout replays with [`CkptTrainingStrategy::deterministic`]. Metric
+//!   state is not restored.
 //! - Gradient accumulation is supported as in Burn; the step count is in optimizer steps.
 
 use std::collections::BTreeMap;
@@ -88,6 +92,8 @@ pub struct CkptTrainingStrategy {
     policy: FrequencyPolicy,
     save_at_epoch_end: bool,
     save_on_stop: bool,
+    resume_latest: bool,
+    deterministic: Option<u64>,
     /// Computed by `train`, taken by `fit` (avoids verifying the checkpoint twice).
     resume: Mutex<Option<ResumePoint>>,
 }
@@ -118,6 +124,8 @@ impl CkptTrainingStrategy {
             policy,
             save_at_epoch_end: true,
             save_on_stop: true,
+            resume_latest: false,
+            deterministic: None,
             resume: Mutex::new(None),
         }
     }
@@ -132,6 +140,64 @@ impl CkptTrainingStrategy {
     pub fn save_on_stop(mut self, yes: bool) -> Self {
         self.save_on_stop = yes;
         self
+    }
+
+    /// Resume from the newest valid checkpoint in the root, if there is one, with no step
+    /// for the user to find: the strategy restores model, optimizer and scheduler into the
+    /// learner itself (start-up recovery already fell back past invalid checkpoints, each a
+    /// warning) and continues at the step and position it records. An empty root is a fresh
+    /// start. A `.checkpoint(n)` given to Burn takes precedence.
+    pub fn resume_latest(mut self) -> Self {
+        self.resume_latest = true;
+        self
+    }
+
+    /// Deterministic mode, for exact resume of models that draw from the backend RNG
+    /// (dropout): before every training item the backend RNG is re-seeded from `(seed, step,
+    /// item within the step)`, so a resumed run draws exactly the masks the uninterrupted one
+    /// drew. Compared with a plain Burn run, the masks are different (Burn seeds once, at
+    /// start) but equally random, and the RNG is re-seeded for everything else on the
+    /// training thread too (model initialization is done before training, so it is not
+    /// affected). Burn's backend RNG is process-global: other threads drawing from it during
+    /// training break the replay.
+    pub fn deterministic(mut self, seed: u64) -> Self {
+        self.deterministic = Some(seed);
+        self
+    }
+
+    /// Re-emits what start-up recovery did when the checkpoints were opened (before Burn's
+    /// logger existed), so it reaches Burn's log too.
+    fn report_recovery(&self) {
+        let r = self.collector.recovery();
+        for p in &r.removed_tmp {
+            tracing::warn!(path = %p.display(), "recovery removed unfinished checkpoint data of an earlier run (never published)");
+        }
+        for (p, reason) in &r.quarantined {
+            tracing::warn!(checkpoint = %p.display(), %reason, "recovery moved an invalid checkpoint aside and fell back to an older one");
+        }
+        if r.repaired_latest {
+            tracing::warn!(latest = ?r.latest.as_ref().map(|c| c.step), "recovery repaired the `latest` pointer");
+        }
+    }
+
+    /// Restores the newest valid checkpoint into `learner`; its step, or `None` for an empty
+    /// root.
+    fn restore_latest<M: LearnerModel>(
+        &self,
+        learner: &mut Learner<M>,
+    ) -> Result<Option<usize>, CheckpointerError> {
+        use burn::train::checkpoint::Checkpointer;
+        let Some(step) = self.collector.latest_step() else {
+            tracing::info!(root = %self.collector.root().display(), "no checkpoint to resume: a fresh run");
+            return Ok(None);
+        };
+        let key = step as usize;
+        let c = self.collector.clone();
+        learner.load_model(crate::checkpointers::ModelCheckpointer::new(c.clone()).restore(key)?);
+        learner.load_optim(crate::checkpointers::OptimCheckpointer::new(c.clone()).restore(key)?);
+        learner.load_scheduler(crate::checkpointers::SchedulerCheckpointer::new(c).restore(key)?);
+        tracing::info!(step, root = %self.collector.root().display(), "resumed from the newest valid checkpoint");
+        Ok(Some(key))
     }
 
     /// For `SupervisedTraining::with_training_strategy`.
@@ -239,14 +305,21 @@ impl<M: LearnerModel> Run<'_, M> {
 impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
     fn train(
         &self,
-        learner: Learner<M>,
+        mut learner: Learner<M>,
         dataloader_train: TrainLoader<M>,
         dataloader_valid: ValidLoader<M>,
-        training_components: TrainingComponents<M>,
+        mut training_components: TrainingComponents<M>,
     ) -> LearningResult<M> {
         // Same as Burn's default `train`, except that the starting epoch comes from the
         // restored checkpoint's manifest (its key is a step, not an epoch).
         let interrupter = training_components.interrupter.clone();
+        self.report_recovery();
+        if training_components.checkpoint.is_none() && self.resume_latest {
+            match self.restore_latest(&mut learner) {
+                Ok(step) => training_components.checkpoint = step,
+                Err(e) => interrupter.fail(e),
+            }
+        }
         let starting_epoch = match training_components.checkpoint {
             Some(step) => match self.resume_point(step) {
                 Ok(p) => {
@@ -298,6 +371,13 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             },
             (_, None) => None,
         };
+        // A fresh run in a used root is refused before any training; a resumed one rewinds.
+        if let Err(e) = self.collector.settle() {
+            components
+                .interrupter
+                .fail(CheckpointerError::Unknown(e.to_string()));
+            return (learner.model(), components.event_processor);
+        }
         let TrainingComponents {
             checkpointer,
             interrupter,
@@ -323,6 +403,14 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             run.session.resumed_at(p.step);
         }
 
+        // Burn's shuffled loaders draw a new order at every `iter()` from an RNG that starts
+        // afresh in each process: replay the earlier epochs' draws, so the resumed epoch sees
+        // the order the uninterrupted run saw.
+        if resume.is_some() {
+            for _ in 1..starting_epoch {
+                drop(dataloader_train.iter());
+            }
+        }
         for epoch in starting_epoch..=num_epochs {
             interrupter.fail_on_error(event_processor.process_train(LearnerEvent::StartSplit {
                 epoch_number: epoch,
@@ -353,6 +441,10 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                 }
                 let t0 = Instant::now();
                 let item_progress = iterator.progress();
+                if let Some(seed) = self.deterministic {
+                    self.device
+                        .seed(crate::mix_seed(&[seed, run.step + 1, accumulated as u64]));
+                }
                 let out = learner.train_step(item);
                 let stepped = match grad_accumulation {
                     Some(n) => {

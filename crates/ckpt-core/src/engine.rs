@@ -445,6 +445,39 @@ impl Engine {
         Ok(SubmitOutcome::Queued { step, blocked })
     }
 
+    /// An explicit rewind, for a run that resumed from `to` (or starts over: `None`) in a root
+    /// holding newer checkpoints of the timeline it abandons: waits for in-flight saves, moves
+    /// every checkpoint newer than `to` aside to `ROOT/.rewound-step-*` (kept for the user,
+    /// invisible to listing, resume and retention), points `latest` at `to` and lets later
+    /// saves publish from there, so `latest` never names a checkpoint of the abandoned
+    /// timeline. Each moved checkpoint is a warning. Returns the steps moved and where.
+    pub fn rewind(&mut self, to: Option<u64>) -> Result<Vec<(u64, PathBuf)>> {
+        // Events stay queued for the next poll.
+        self.wake_worker();
+        {
+            let (m, cv) = &*self.slots;
+            let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+            while *n > 0 {
+                n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        self.collect();
+        self.take_error()?;
+        let moved = self.publisher.rewind(to)?;
+        for (step, aside) in &moved {
+            tracing::warn!(
+                step,
+                moved_to = %aside.display(),
+                resumed_from = ?to,
+                "checkpoint of the abandoned timeline moved aside (rewind)"
+            );
+        }
+        if !moved.is_empty() {
+            self.metrics.last_step = to;
+        }
+        Ok(moved)
+    }
+
     /// Waits for every in-flight checkpoint and stops the persist thread. Returns the events
     /// not yet polled, or the first error.
     pub fn finish(mut self) -> Result<Summary> {

@@ -44,6 +44,7 @@ mod recovery;
 // Closures give the failpoints (compiled in with `failpoints`) an `io::Result` to return from.
 #[cfg_attr(not(feature = "failpoints"), allow(clippy::redundant_closure_call))]
 mod retention;
+mod rewind;
 mod session;
 mod snapshot;
 mod staging;
@@ -64,7 +65,7 @@ pub use listing::{
 };
 pub use lock::RootLock;
 pub use manifest::{FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};
-pub use naming::{LATEST_FILE, LOCK_FILE, checkpoint_dir_name, parse_step_dir};
+pub use naming::{LATEST_FILE, LOCK_FILE, REWOUND_PREFIX, checkpoint_dir_name, parse_step_dir};
 pub use recovery::{RecoveryReport, garbage_collect, garbage_collect_in, recover, recover_in};
 pub use retention::{Retention, prune, prune_in};
 pub use session::{

@@ -20,6 +20,9 @@ pub const LOCK_FILE: &str = ".lock";
 pub(crate) const TMP_PREFIX: &str = ".tmp-";
 /// Prefix under which recovery moves invalid checkpoints aside.
 pub(crate) const QUARANTINE_PREFIX: &str = ".invalid-";
+/// Prefix under which [`crate::Engine::rewind`] moves checkpoints of an abandoned timeline
+/// aside (kept, never collected: delete them by hand once they are not wanted).
+pub const REWOUND_PREFIX: &str = ".rewound-";
 
 /// `step-<step:08>`.
 pub fn checkpoint_dir_name(step: u64) -> String {

@@ -80,6 +80,17 @@ impl Publisher {
         }
     }
 
+    /// Rewinds the root to `to` ([`crate::rewind`]) and lets later publications start from
+    /// there. Call only with nothing in flight.
+    pub(crate) fn rewind(&self, to: Option<u64>) -> Result<Vec<(u64, PathBuf)>> {
+        let mut latest = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+        let moved = crate::rewind::rewind(&*self.storage, &self.root, to)?;
+        if !moved.is_empty() {
+            *latest = to;
+        }
+        Ok(moved)
+    }
+
     /// Persists and publishes `snap`.
     pub(crate) fn persist(&self, snap: Snapshot) -> Result<Published> {
         snap.validate()?;

@@ -18,7 +18,7 @@ use crate::{
 };
 
 /// What start-up recovery found and did.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RecoveryReport {
     /// Stale `.tmp-*` entries that were removed.
     pub removed_tmp: Vec<PathBuf>,
@@ -65,6 +65,8 @@ pub fn recover_in(st: &dyn Storage, root: &Path) -> Result<RecoveryReport> {
             report.removed_tmp.push(p);
         }
     }
+    // A rewind a crash interrupted is completed first: the abandoned timeline never returns.
+    crate::rewind::complete_interrupted(st, root)?;
     let dirs = step_dirs(st, root)?;
     for (step, path) in dirs.into_iter().rev() {
         match check_checkpoint(st, &path, Depth::Full) {

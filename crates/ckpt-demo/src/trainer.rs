@@ -95,6 +95,9 @@ pub struct DemoConfig {
     pub save_mode: SaveMode,
     /// Continue from the newest valid checkpoint in `dir`, if any.
     pub resume: bool,
+    /// Start over in a root that holds checkpoints: they are moved aside to `.rewound-*`
+    /// first. Without it (and without `resume`) such a root is refused before training.
+    pub fresh: bool,
     /// A fresh start takes its model (ParamIds included) from this checkpoint.
     pub init_from: Option<PathBuf>,
     /// `std::process::abort()` after this step's update (and its checkpoint submit, if any).
@@ -146,6 +149,7 @@ impl DemoConfig {
             keep_last: Some(3),
             save_mode: SaveMode::Async,
             resume: false,
+            fresh: false,
             init_from: None,
             abort_at_step: None,
             backend: Backend::Flex,
@@ -298,9 +302,31 @@ pub fn engine_config(cfg: &DemoConfig) -> EngineConfig {
 /// Opens `cfg`'s root (recovery under the lock; every skipped invalid checkpoint is a
 /// warning naming it, the file and the reason) and returns the engine and the checkpoint a
 /// resume starts from.
+///
+/// A run that does not resume is refused here, before any training, when the root holds
+/// checkpoints (they are another run's, or this one's from before), unless `cfg.fresh` moves
+/// them aside.
 pub fn open_engine(cfg: &DemoConfig) -> Result<(Engine, Option<PathBuf>)> {
-    let (engine, report) = Engine::open(engine_config(cfg))?;
-    Ok((engine, report.latest.map(|c| c.path)))
+    let (mut engine, report) = Engine::open(engine_config(cfg))?;
+    match (&report.latest, cfg.resume, cfg.fresh) {
+        (Some(c), false, false) => Err(Error::Config(format!(
+            "{} already holds checkpoints (newest {}): add --resume to continue that run, or \
+             --fresh to start over (its checkpoints are moved aside to .rewound-*), or use \
+             another --dir",
+            cfg.dir.display(),
+            ckpt_core::checkpoint_dir_name(c.step)
+        ))),
+        (Some(_), false, true) => {
+            let moved = engine.rewind(None)?;
+            tracing::warn!(
+                moved = moved.len(),
+                "--fresh: the checkpoints already in {} were moved aside to .rewound-*",
+                cfg.dir.display()
+            );
+            Ok((engine, None))
+        }
+        _ => Ok((engine, report.latest.map(|c| c.path))),
+    }
 }
 
 /// The fresh model of `cfg`: weights from the device RNG seeded with `cfg.seed`, ParamIds

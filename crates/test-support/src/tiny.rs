@@ -9,7 +9,7 @@ use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig, Relu};
 use burn::optim::AdamWConfig;
 use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
 use burn::tensor::{Device, Tensor};
@@ -18,11 +18,13 @@ use burn::train::{InferenceStep, Learner, RegressionOutput, TrainOutput, TrainSt
 /// Number of samples in [`data`].
 pub const SAMPLES: usize = 64;
 
-/// A 4-8-1 MLP with a ReLU in between.
+/// A 4-8-1 MLP with a ReLU and a dropout (probability 0 unless [`Tiny::with_dropout`]) in
+/// between.
 #[derive(Module, Debug)]
 pub struct Tiny {
     l1: Linear,
     act: Relu,
+    drop: Dropout,
     l2: Linear,
 }
 
@@ -63,9 +65,16 @@ impl Batcher<Sample, Batch> for TinyBatcher {
 impl Tiny {
     /// A freshly initialized model (from the backend RNG as it is).
     pub fn new(device: &Device) -> Self {
+        Self::with_dropout(device, 0.0)
+    }
+
+    /// [`Tiny::new`] with dropout probability `p` after the ReLU: training draws masks from
+    /// the backend RNG.
+    pub fn with_dropout(device: &Device, p: f64) -> Self {
         Self {
             l1: LinearConfig::new(4, 8).init(device),
             act: Relu::new(),
+            drop: DropoutConfig::new(p).init(),
             l2: LinearConfig::new(8, 1).init(device),
         }
     }
@@ -77,7 +86,8 @@ impl Tiny {
     }
 
     fn regress(&self, b: Batch) -> RegressionOutput {
-        let out = self.l2.forward(self.act.forward(self.l1.forward(b.x)));
+        let hidden = self.drop.forward(self.act.forward(self.l1.forward(b.x)));
+        let out = self.l2.forward(hidden);
         let loss = MseLoss::new().forward(out.clone(), b.y.clone(), Reduction::Mean);
         RegressionOutput::new(loss, out, b.y)
     }
