@@ -41,6 +41,7 @@ fn learner_hook<M: LearnerModel>(
         .with_training_strategy(                     // optional: checkpoint every 100 steps
             CkptTrainingStrategy::new(device, &ckpt, FrequencyPolicy::EverySteps(100))
                 .resume_latest()                     // continue from the newest valid checkpoint
+                .deterministic(42)                   // dropout replays on resume
                 .into_training_strategy())
         .num_epochs(10)
         .launch(learner);

@@ -415,6 +415,28 @@ impl CkptCheckpointers {
     pub fn finish(&self) -> Result<Summary> {
         self.collector.finish()
     }
+
+    /// [`Self::finish`] within `grace` (after a stop signal, say): when the last checkpoint is
+    /// not durable by then, returns [`crate::Error::GraceExpired`] and leaves the wait to a
+    /// helper thread, so the caller can exit; an unfinished checkpoint is then never
+    /// published, the checkpoints published before it are intact.
+    pub fn finish_within(&self, grace: std::time::Duration) -> Result<Summary> {
+        let collector = self.collector.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("ckpt-finish".into())
+            .spawn(move || {
+                let _ = tx.send(collector.finish());
+            })
+            .map_err(|e| crate::Error::Config(format!("cannot start the finish thread: {e}")))?;
+        match rx.recv_timeout(grace) {
+            Ok(r) => r,
+            Err(_) => Err(crate::Error::GraceExpired {
+                root: self.collector.root.clone(),
+                grace,
+            }),
+        }
+    }
 }
 
 macro_rules! checkpointer {

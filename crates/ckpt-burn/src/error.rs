@@ -65,6 +65,19 @@ pub enum Error {
         /// Its newest valid checkpoint.
         newest: u64,
     },
+    /// The last checkpoint was not durable within the grace period
+    /// (`CkptCheckpointers::finish_within`); the checkpoints published before it are intact.
+    #[error(
+        "{}: the last checkpoint was not durable within the grace period of {grace:?}; the \
+         checkpoints published before it are intact",
+        root.display()
+    )]
+    GraceExpired {
+        /// The checkpoint root.
+        root: PathBuf,
+        /// The grace period.
+        grace: std::time::Duration,
+    },
     /// There is no checkpoint to restore from.
     #[error("{}: no valid checkpoint found", root.display())]
     NoCheckpoint {

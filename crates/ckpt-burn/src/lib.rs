@@ -11,6 +11,8 @@
 //!   publishes the three records of an epoch as one atomic checkpoint directory.
 //! - [`strategy`]: a `TrainingStrategy::Custom` single-device loop that checkpoints through
 //!   those checkpointers at optimizer-step boundaries and resumes mid-epoch.
+//! - [`stop`]: opt-in SIGTERM/SIGINT handling that stops Burn's learner at a step boundary
+//!   with a final checkpoint.
 //!
 //! Files written (see DESIGN.md): `model.bpk` (byte-identical to
 //! `model.into_record().save(..)`), `optim.bpk`, `scheduler.bpk`, `trainer.bin`.
@@ -22,6 +24,7 @@ mod error;
 mod pack;
 mod restore;
 mod state;
+pub mod stop;
 pub mod strategy;
 
 pub use capture::{

@@ -501,6 +501,11 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                 &interrupter,
             );
             if interrupter.should_stop() {
+                // Stopped during validation: the epoch's training is done; its validation
+                // reruns on resume.
+                if self.save_on_stop && interrupter.error().is_none() {
+                    run.checkpoint(&learner, epoch, iteration, false);
+                }
                 break;
             }
             if self.save_at_epoch_end {

@@ -1,0 +1,109 @@
+//! Stopping Burn's learner on SIGTERM/SIGINT with a final checkpoint (opt-in: a library never
+//! installs a signal handler by itself).
+//!
+//! [`StopOnSignal::install`] handles both signals on a dedicated thread (signal-hook's
+//! self-pipe iterator, no code of ours in the handler). The first signal asks Burn's
+//! [`Interrupter`] to stop: [`crate::strategy::CkptTrainingStrategy`] finishes the step under
+//! way and writes a final checkpoint at that step boundary (its `save_on_stop`, on by
+//! default). [`crate::checkpointers::CkptCheckpointers::finish_within`] then waits for it to be
+//! durable within a grace period. A second signal exits the process at once with status
+//! 128 + N: an unfinished checkpoint is not published, the newest published one is intact.
+//!
+//! ```no_run
+//! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
+//! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>,
+//! #     ckpt: ckpt_burn::checkpointers::CkptCheckpointers) -> Result<(), ckpt_burn::Error> {
+//! use std::time::Duration;
+//! let stop = ckpt_burn::stop::StopOnSignal::install(training.interrupter())?;
+//! let result = training.launch(learner);
+//! ckpt.finish_within(Duration::from_secs(60))?; // the final checkpoint is durable
+//! if let Some(sig) = stop.received() { eprintln!("stopped by signal {sig}"); }
+//! # Ok(()) }
+//! ```
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicI32, Ordering},
+};
+use std::thread::JoinHandle;
+
+use burn::train::Interrupter;
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::{Error, Result};
+
+/// The signal thread; dropping it stops handling the signals.
+#[derive(Debug)]
+pub struct StopOnSignal {
+    received: Arc<AtomicI32>,
+    handle: signal_hook::iterator::Handle,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn name(sig: i32) -> &'static str {
+    match sig {
+        SIGTERM => "SIGTERM",
+        SIGINT => "SIGINT",
+        _ => "a signal",
+    }
+}
+
+impl StopOnSignal {
+    /// Handles SIGTERM and SIGINT: the first stops training through `interrupter` (pass
+    /// `SupervisedTraining::interrupter()`), a second exits at once with 128 + N. Each is a
+    /// warning.
+    pub fn install(interrupter: Interrupter) -> Result<Self> {
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+            .map_err(|e| Error::Config(format!("cannot handle SIGTERM/SIGINT: {e}")))?;
+        let handle = signals.handle();
+        let received = Arc::new(AtomicI32::new(0));
+        let first = received.clone();
+        let thread = std::thread::Builder::new()
+            .name("ckpt-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if first
+                        .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        tracing::warn!(
+                            "received {}: stopping at the next step boundary and writing a \
+                             final checkpoint (send it again to exit at once)",
+                            name(sig)
+                        );
+                        interrupter.stop(Some(&format!("stopped by {}", name(sig))));
+                    } else {
+                        tracing::warn!(
+                            "received {} again: exiting at once; an unfinished checkpoint is \
+                             not published (the newest published one is intact)",
+                            name(sig)
+                        );
+                        signal_hook::low_level::exit(128 + sig);
+                    }
+                }
+            })
+            .map_err(|e| Error::Config(format!("cannot start the signal thread: {e}")))?;
+        Ok(Self {
+            received,
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    /// The first signal received, if any.
+    pub fn received(&self) -> Option<i32> {
+        match self.received.load(Ordering::SeqCst) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+}
+
+impl Drop for StopOnSignal {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! SIGTERM on the learner route: a Burn program (`SupervisedTraining` with a shuffled loader,
+//! dropout, AdamW, a cosine schedule and metrics, checkpointing through
+//! `CkptTrainingStrategy`) runs as a child process; SIGTERM stops it at a step boundary with a
+//! final checkpoint that is durable when it exits, and resuming from it ends byte-identical to
+//! an uninterrupted run.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataset::{Dataset, DatasetError, InMemDataset};
+use burn::tensor::Device;
+use burn::train::{LearningResult, SupervisedTraining, metric::LossMetric};
+use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
+use burn_ckpt::ckpt_burn::stop::StopOnSignal;
+use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
+use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
+use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
+use test_support::tiny::{Sample, Tiny, TinyBatcher, data, learner};
+
+/// Environment variable: run the Burn program on this directory, with this many epochs.
+const CHILD: &str = "BURN_CKPT_LEARNER_SIGNAL_CHILD";
+/// Exit status of the program after a signal, with its final checkpoint durable.
+const EXIT_STOPPED: i32 = 75;
+
+/// The data set, 2 ms per sample, so the program runs long enough to be signalled.
+struct Slow(InMemDataset<Sample>);
+
+impl Dataset<Sample> for Slow {
+    fn get(&self, index: usize) -> Result<Sample, DatasetError> {
+        std::thread::sleep(Duration::from_millis(2));
+        self.0.get(index)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The program: what a user writes, plus the stop handler.
+fn program(dir: &Path, epochs: usize, signals: bool) -> (LearningResult<Tiny>, Option<i32>) {
+    let device = Device::flex().autodiff();
+    let train = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .shuffle(3)
+        .num_workers(1)
+        .build(Slow(InMemDataset::new(data())));
+    let valid = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(data()));
+    let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
+    let (m, o, s) = ckpt.checkpointers();
+    let strategy = CkptTrainingStrategy::new(device.clone(), &ckpt, FrequencyPolicy::EverySteps(3))
+        .resume_latest()
+        .deterministic(11);
+    let training = SupervisedTraining::new(dir.join("burn"), train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .with_custom_checkpointers(m, o, s)
+        .with_checkpointing_strategy(AlwaysSave)
+        .with_training_strategy(strategy.into_training_strategy())
+        .with_application_logger(None)
+        .num_epochs(epochs);
+    let stop = signals.then(|| StopOnSignal::install(training.interrupter()).unwrap());
+    // The same initial weights in every run.
+    device.seed(5);
+    // ParamIds are random per process in Burn: derive them from a seed, so an independent
+    // uninterrupted run writes comparable bytes (a resume restores them from the checkpoint).
+    let model = burn_ckpt::ckpt_burn::assign_param_ids(Tiny::with_dropout(&device, 0.3), 5);
+    let result = training.launch(learner(model));
+    ckpt.finish_within(Duration::from_secs(30)).unwrap();
+    (result, stop.and_then(|s| s.received()))
+}
+
+#[test]
+fn child_entry() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let (dir, epochs) = spec.split_once('|').unwrap();
+    let (result, signal) = program(Path::new(dir), epochs.parse().unwrap(), true);
+    if let Some(e) = result.error {
+        eprintln!("training failed: {e}");
+        std::process::exit(1);
+    }
+    if let Some(sig) = signal {
+        eprintln!("stopped by signal {sig}; final checkpoint durable");
+        std::process::exit(EXIT_STOPPED);
+    }
+    std::process::exit(0);
+}
+
+fn steps(root: &Path) -> Vec<u64> {
+    ckpt_core::list_checkpoints(root, true)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect()
+}
+
+#[test]
+fn sigterm_stops_the_learner_with_a_durable_final_checkpoint_that_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let root = dir.join("ckpt");
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{}|1000", dir.display()))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Signal it once it has published its first checkpoint (step 3, mid-epoch 1).
+    let t0 = Instant::now();
+    while !root.join(checkpoint_dir_name(3)).exists() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no checkpoint yet");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_STOPPED), "{stderr}");
+
+    // The final checkpoint is the newest, durable and valid, written at the step boundary
+    // where training stopped (not an epoch end), and `latest` names it.
+    let list = steps(&root);
+    let last = *list.last().unwrap();
+    assert!(last < 4000, "stopped long before the end: {list:?}");
+    let m = ckpt_core::verify_checkpoint(&root.join(checkpoint_dir_name(last))).unwrap();
+    assert_eq!(
+        ckpt_core::read_latest(&root).unwrap(),
+        Some(checkpoint_dir_name(last))
+    );
+    let epoch = m.epoch as usize;
+    let complete = m.meta[META_EPOCH_COMPLETE].as_bool().unwrap();
+
+    // Resume (same program, resume_latest) to the end of the next epoch, and compare with an
+    // uninterrupted run of as many epochs.
+    let epochs = epoch + 1;
+    let (resumed, _) = program(&dir, epochs, false);
+    assert!(resumed.error.is_none(), "{:?}", resumed.error);
+    let base = tmp.path().join("base");
+    let (full, _) = program(&base, epochs, false);
+    assert!(full.error.is_none(), "{:?}", full.error);
+    let end = 4 * epochs as u64;
+    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+        let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(end)).join(f)).unwrap();
+        let b = std::fs::read(root.join(checkpoint_dir_name(end)).join(f)).unwrap();
+        assert!(
+            a == b,
+            "{f} at step {end} differs after a stop at step {last} (epoch {epoch}, complete \
+             {complete})"
+        );
+    }
+}
