@@ -1,8 +1,9 @@
-//! SIGTERM on the learner route: a Burn program (`SupervisedTraining` with a shuffled loader,
-//! dropout, AdamW, a cosine schedule and metrics, checkpointing through
-//! `CkptTrainingStrategy`) runs as a child process; SIGTERM stops it at a step boundary with a
-//! final checkpoint that is durable when it exits, and resuming from it ends byte-identical to
-//! an uninterrupted run.
+//! Preemption and crashes on the learner route: a Burn program (`SupervisedTraining` with a
+//! shuffled loader, dropout, AdamW, a cosine schedule and metrics, checkpointing through
+//! `CkptTrainingStrategy`) runs as a child process. SIGTERM stops it at a step boundary with a
+//! final checkpoint that is durable when it exits; a real `abort()` at three points (mid-epoch
+//! 1, mid-epoch 2, right after the end of epoch 2) kills it. Resumed with the README's lines,
+//! each run ends byte-identical to an uninterrupted one.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -24,12 +25,24 @@ const CHILD: &str = "BURN_CKPT_LEARNER_SIGNAL_CHILD";
 /// Exit status of the program after a signal, with its final checkpoint durable.
 const EXIT_STOPPED: i32 = 75;
 
-/// The data set, 2 ms per sample, so the program runs long enough to be signalled.
+/// Environment variable: the child aborts the process when it fetches its N-th training
+/// sample (the loader's worker runs a few batches ahead of training).
+const ABORT_AT: &str = "BURN_CKPT_LEARNER_ABORT_AT_SAMPLE";
+
+/// Training samples fetched so far in this process.
+static FETCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The data set, 2 ms per sample, so the program runs long enough to be signalled; it aborts
+/// the process at the sample [`ABORT_AT`] names.
 struct Slow(InMemDataset<Sample>);
 
 impl Dataset<Sample> for Slow {
     fn get(&self, index: usize) -> Result<Sample, DatasetError> {
         std::thread::sleep(Duration::from_millis(2));
+        let n = FETCHED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if std::env::var(ABORT_AT).is_ok_and(|a| a.parse() == Ok(n)) {
+            std::process::abort();
+        }
         self.0.get(index)
     }
     fn len(&self) -> usize {
@@ -159,5 +172,51 @@ fn sigterm_stops_the_learner_with_a_durable_final_checkpoint_that_resumes_exactl
             "{f} at step {end} differs after a stop at step {last} (epoch {epoch}, complete \
              {complete})"
         );
+    }
+}
+
+#[test]
+fn a_real_abort_at_three_points_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    let (full, _) = program(&base, 3, false);
+    assert!(full.error.is_none(), "{:?}", full.error);
+    // 64 samples per epoch, fetched about as fast as they are trained: after step 3 in epoch
+    // 1, after step 6 in epoch 2, just past the end of epoch 2 (its checkpoint at step 8).
+    for at in [60, 110, 135] {
+        let dir = tmp.path().join(format!("abort-{at}"));
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, format!("{}|3", dir.display()))
+            .env(ABORT_AT, at.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success() && out.status.code().is_none(),
+            "the child must die by abort at sample {at}: {:?}",
+            out.status
+        );
+        let root = dir.join("ckpt");
+        let before = steps(&root);
+        eprintln!("abort at sample {at}: resuming with checkpoints {before:?}");
+        assert!(
+            !before.is_empty(),
+            "a checkpoint was published before sample {at}"
+        );
+        let (resumed, _) = program(&dir, 3, false);
+        assert!(
+            resumed.error.is_none(),
+            "abort at {at}: {:?}",
+            resumed.error
+        );
+        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+            let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(12)).join(f)).unwrap();
+            let b = std::fs::read(root.join(checkpoint_dir_name(12)).join(f)).unwrap();
+            assert!(
+                a == b,
+                "{f} differs after an abort at sample {at} (checkpoints then: {before:?})"
+            );
+        }
     }
 }
