@@ -50,9 +50,31 @@ impl Dataset<Sample> for Slow {
     }
 }
 
+/// Environment variable: the child trains on wgpu (Mesa's lavapipe here), not Flex.
+#[cfg(feature = "wgpu")]
+const ON_WGPU: &str = "BURN_CKPT_LEARNER_WGPU";
+
+/// The backend device of this process's runs.
+fn base_device() -> Device {
+    #[cfg(feature = "wgpu")]
+    if std::env::var(ON_WGPU).is_ok() {
+        return Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+    }
+    Device::flex()
+}
+
 /// The program: what a user writes, plus the stop handler.
 fn program(dir: &Path, epochs: usize, signals: bool) -> (LearningResult<Tiny>, Option<i32>) {
-    let device = Device::flex().autodiff();
+    program_on(base_device(), dir, epochs, signals)
+}
+
+fn program_on(
+    device: Device,
+    dir: &Path,
+    epochs: usize,
+    signals: bool,
+) -> (LearningResult<Tiny>, Option<i32>) {
+    let device = device.autodiff();
     let train = DataLoaderBuilder::new(TinyBatcher)
         .batch_size(16)
         .shuffle(3)
@@ -218,5 +240,45 @@ fn a_real_abort_at_three_points_resumes_exactly() {
                 "{f} differs after an abort at sample {at} (checkpoints then: {before:?})"
             );
         }
+    }
+}
+
+/// The CubeCL code path (the one CUDA runs) through wgpu: one abort mid-epoch 2, resumed
+/// exactly.
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_real_abort_on_wgpu_resumes_exactly() {
+    let wgpu = || Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    let (full, _) = program_on(wgpu(), &base, 3, false);
+    assert!(full.error.is_none(), "{:?}", full.error);
+    let dir = tmp.path().join("abort");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{}|3", dir.display()))
+        .env(ABORT_AT, "110")
+        .env(ON_WGPU, "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_none(),
+        "the child must die by abort: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = dir.join("ckpt");
+    let before = steps(&root);
+    assert!(!before.is_empty());
+    let (resumed, _) = program_on(wgpu(), &dir, 3, false);
+    assert!(resumed.error.is_none(), "{:?}", resumed.error);
+    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+        let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(12)).join(f)).unwrap();
+        let b = std::fs::read(root.join(checkpoint_dir_name(12)).join(f)).unwrap();
+        assert!(
+            a == b,
+            "wgpu: {f} differs after an abort (checkpoints then: {before:?})"
+        );
     }
 }
