@@ -85,6 +85,7 @@ pub struct ZeroTrainingStrategy {
     engine: Mutex<Option<Engine>>,
     latest: Option<PathBuf>,
     resume: bool,
+    overwrite: bool,
     seed: Option<u64>,
 }
 
@@ -131,6 +132,7 @@ impl ZeroTrainingStrategy {
             engine: Mutex::new(Some(engine)),
             latest: report.latest.map(|c| c.path),
             resume: false,
+            overwrite: false,
             seed: None,
         })
     }
@@ -186,6 +188,15 @@ impl ZeroTrainingStrategy {
     /// Continue from the newest valid checkpoint of the root, if any (default: no).
     pub fn resume(mut self, yes: bool) -> Self {
         self.resume = yes;
+        self
+    }
+
+    /// Start over in a root that holds checkpoints of an earlier run: they are moved aside to
+    /// `ROOT/.rewound-*` (each a warning) when training starts. Without it (and without
+    /// [`Self::resume`]) such a root is refused before any training, so the old run's steps
+    /// are never replaced.
+    pub fn overwrite(mut self, yes: bool) -> Self {
+        self.overwrite = yes;
         self
     }
 
@@ -572,7 +583,26 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
                 train.slice(r * total / n, (r + 1) * total / n)
             }
         };
-        let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // A fresh run never writes into a used root (see `overwrite`).
+        if let (false, Some(newest)) = (self.resume, &self.latest) {
+            let refused = match (self.overwrite, engine.as_mut()) {
+                (true, Some(e)) => e.rewind(None).err().map(|e| e.to_string()),
+                (true, None) => None,
+                (false, _) => Some(format!(
+                    "{} already holds checkpoints of an earlier run (newest {}) and this run \
+                     does not resume: continue it with ZeroTrainingStrategy::resume(true), or \
+                     start over with overwrite(true), which moves them aside to .rewound-*, or \
+                     use another directory",
+                    self.root.display(),
+                    newest.display()
+                )),
+            };
+            if let Some(reason) = refused {
+                interrupter.fail(CheckpointerError::Unknown(reason));
+                return (learner.model(), event_processor);
+            }
+        }
         let mut groups = ThreadGroup::new(n, self.timeout).into_iter();
         let epochs = starting_epoch..=num_epochs;
         let outcome: Result<Learner<M>> = std::thread::scope(|s| {

@@ -179,3 +179,50 @@ fn per_rank_checkpoints_from_the_learner_resume_on_one_rank() {
     let m = ckpt_core::verify_checkpoint(&step_dir(&root, 18)).unwrap();
     assert_eq!((m.world_size, m.layout.as_str()), (1, "consolidated"));
 }
+
+#[test]
+fn a_fresh_run_in_a_used_root_is_refused_and_overwrite_moves_the_old_run_aside() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("zero");
+    train(&root, 2, 2, ShardFormat::Consolidated, false, false);
+    assert_eq!(published_steps(&root), vec![3, 6]);
+    let launch = |overwrite: bool| {
+        let device = Device::flex().autodiff();
+        let (train, valid) = loaders(8, None);
+        let zero = ZeroTrainingStrategy::new(device.clone(), 2, EngineConfig::new(&root), 3)
+            .unwrap()
+            .seed(3)
+            .overwrite(overwrite);
+        SupervisedTraining::new(root.join("burn"), train, valid)
+            .with_application_logger(None)
+            .with_training_strategy(zero.into_training_strategy())
+            .num_epochs(1)
+            .launch(learner(tiny(&device)))
+    };
+    let refused = launch(false);
+    let err = refused.error.map(|e| e.to_string()).expect("refused");
+    assert!(
+        err.contains("already holds checkpoints") && err.contains("overwrite(true)"),
+        "{err}"
+    );
+    assert_eq!(
+        published_steps(&root),
+        vec![3, 6],
+        "the old run is untouched"
+    );
+
+    let over = launch(true);
+    assert!(over.error.is_none(), "{:?}", over.error);
+    assert_eq!(published_steps(&root), vec![3]);
+    let aside = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(ckpt_core::REWOUND_PREFIX)
+        })
+        .count();
+    assert_eq!(aside, 2);
+}
