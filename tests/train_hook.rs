@@ -232,6 +232,9 @@ fn strategy_checkpoints_at_step_boundaries_and_resumes_mid_epoch_exactly() {
     }
     let m6 = ckpt_core::verify_checkpoint(&root.join(checkpoint_dir_name(6))).unwrap();
     assert_eq!(m6.meta[META_EPOCH_COMPLETE], false);
+    // trainer.bin: step 6 is 2 batches into epoch 2 (0-based 1).
+    let t6 = burn_ckpt::ckpt_burn::load_trainer_state(&root.join(checkpoint_dir_name(6))).unwrap();
+    assert_eq!((t6.step, t6.epoch, t6.cursor.position), (6, 1, 2));
     let m8 = ckpt_core::verify_checkpoint(&root.join(checkpoint_dir_name(8))).unwrap();
     assert_eq!(m8.meta[META_EPOCH_COMPLETE], true);
     let model_8 = read(&root, 8, MODEL_FILE);

@@ -104,6 +104,8 @@ pub struct Collector {
     pending: Mutex<BTreeMap<usize, Pending>>,
     /// Per key: epoch and extra manifest entries (absent: the key is the epoch).
     annotations: Mutex<BTreeMap<usize, Annotation>>,
+    /// Per key: extra parts published with the three records (`trainer.bin`).
+    extra: Mutex<BTreeMap<usize, Vec<(String, Vec<u8>)>>>,
 }
 
 type Annotation = (u64, BTreeMap<String, serde_json::Value>);
@@ -142,6 +144,7 @@ impl Collector {
             guard: Mutex::new(guard),
             pending: Mutex::new(BTreeMap::new()),
             annotations: Mutex::new(BTreeMap::new()),
+            extra: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -209,6 +212,15 @@ impl Collector {
     /// the key is recorded as the epoch.
     pub fn annotate(&self, key: usize, epoch: u64, meta: BTreeMap<String, serde_json::Value>) {
         lock(&self.annotations).insert(key, (epoch, meta));
+    }
+
+    /// Adds part `name` with `bytes` to the checkpoint of `key` (the strategy's `trainer.bin`).
+    /// Call it before handing the records over.
+    pub fn attach(&self, key: usize, name: impl Into<String>, bytes: Vec<u8>) {
+        lock(&self.extra)
+            .entry(key)
+            .or_default()
+            .push((name.into(), bytes));
     }
 
     /// Checkpoints queued or being written; `None` when the engine is busy accepting one (treat
@@ -307,6 +319,9 @@ impl Collector {
             // Resumed from an earlier key and reached this one again: swap atomically.
             .with_replace(true);
         snapshot.meta.extend(meta);
+        for (name, bytes) in lock(&self.extra).remove(&key).unwrap_or_default() {
+            snapshot = snapshot.with_bytes(name, bytes);
+        }
         let mut guard = lock(&self.engine);
         let engine = guard
             .as_mut()

@@ -7,7 +7,10 @@
 //! with the **global optimizer step** as the key, so the checkpointers of
 //! [`crate::checkpointers`] publish `step-<step:08>` directories. Before each call it annotates
 //! the key with the epoch and the position in the epoch (manifest entries
-//! `burn_epoch_iteration`, `burn_epoch_complete`), which resume reads back.
+//! `burn_epoch_iteration`, `burn_epoch_complete`), which resume reads back, and attaches a
+//! `trainer.bin` ([`crate::TrainerState`]: the step, the epoch (0-based) and the batches of it
+//! done as the cursor's position, the [`CkptTrainingStrategy::deterministic`] seed or 0; the
+//! cursor's shuffle seed is 0, as Burn's loaders do not expose theirs).
 //!
 //! ```no_run
 //! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
@@ -249,6 +252,8 @@ struct Run<'a, M: LearnerModel> {
     collector: &'a Collector,
     session: CheckpointSession,
     step: u64,
+    /// The deterministic-mode seed recorded in `trainer.bin` (0 without).
+    seed: u64,
 }
 
 impl<M: LearnerModel> Run<'_, M> {
@@ -270,7 +275,8 @@ impl<M: LearnerModel> Run<'_, M> {
         let Some(checkpointer) = self.checkpointer.as_mut() else {
             return;
         };
-        let (step, collector, store) = (self.step, self.collector, &self.event_store);
+        let (step, collector, store, seed) =
+            (self.step, self.collector, &self.event_store, self.seed);
         let mut target = collector;
         let saved = self.session.save(&mut target, step, |c, _| {
             let key = step as usize;
@@ -278,6 +284,17 @@ impl<M: LearnerModel> Run<'_, M> {
             meta.insert(META_EPOCH_ITERATION.to_string(), iteration.into());
             meta.insert(META_EPOCH_COMPLETE.to_string(), done.into());
             c.annotate(key, epoch as u64, meta);
+            // trainer.bin: the step, the epoch (0-based) and its batches done, the seed.
+            let cursor = crate::DataCursor {
+                epoch: epoch.saturating_sub(1) as u64,
+                position: iteration as u64,
+                shuffle_seed: 0,
+            };
+            c.attach(
+                key,
+                crate::TRAINER_FILE,
+                crate::TrainerState::new(step, cursor, seed).to_bytes(),
+            );
             let t0 = Instant::now();
             checkpointer.checkpoint(learner, key, store);
             tracing::debug!(step, handoff = ?t0.elapsed(), "checkpoint handed over");
@@ -398,6 +415,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             collector: &self.collector,
             session: CheckpointSession::new(session),
             step: resume.map_or(0, |p| p.step),
+            seed: self.deterministic.unwrap_or(0),
         };
         if let Some(p) = resume {
             run.session.resumed_at(p.step);
