@@ -105,10 +105,13 @@ pub struct Collector {
     /// Per key: epoch and extra manifest entries (absent: the key is the epoch).
     annotations: Mutex<BTreeMap<usize, Annotation>>,
     /// Per key: extra parts published with the three records (`trainer.bin`).
-    extra: Mutex<BTreeMap<usize, Vec<(String, Vec<u8>)>>>,
+    extra: Mutex<BTreeMap<usize, Vec<Part>>>,
 }
 
 type Annotation = (u64, BTreeMap<String, serde_json::Value>);
+
+/// An extra part of a checkpoint: its name and bytes.
+type Part = (String, Vec<u8>);
 
 /// How this run relates to the checkpoints already in the root.
 #[derive(Debug, Default)]
