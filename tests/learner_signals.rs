@@ -25,24 +25,16 @@ const CHILD: &str = "BURN_CKPT_LEARNER_SIGNAL_CHILD";
 /// Exit status of the program after a signal, with its final checkpoint durable.
 const EXIT_STOPPED: i32 = 75;
 
-/// Environment variable: the child aborts the process when it fetches its N-th training
-/// sample (the loader's worker runs a few batches ahead of training).
-const ABORT_AT: &str = "BURN_CKPT_LEARNER_ABORT_AT_SAMPLE";
+/// Environment variable: the child aborts the process 10 ms after its checkpoint of step N is
+/// published (training is then a little past step N, whatever the machine's speed).
+const ABORT_AT: &str = "BURN_CKPT_LEARNER_ABORT_AFTER_STEP";
 
-/// Training samples fetched so far in this process.
-static FETCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// The data set, 2 ms per sample, so the program runs long enough to be signalled; it aborts
-/// the process at the sample [`ABORT_AT`] names.
+/// The data set, 2 ms per sample, so the program runs long enough to be signalled.
 struct Slow(InMemDataset<Sample>);
 
 impl Dataset<Sample> for Slow {
     fn get(&self, index: usize) -> Result<Sample, DatasetError> {
         std::thread::sleep(Duration::from_millis(2));
-        let n = FETCHED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        if std::env::var(ABORT_AT).is_ok_and(|a| a.parse() == Ok(n)) {
-            std::process::abort();
-        }
         self.0.get(index)
     }
     fn len(&self) -> usize {
@@ -113,6 +105,18 @@ fn child_entry() {
         return;
     };
     let (dir, epochs) = spec.split_once('|').unwrap();
+    if let Ok(step) = std::env::var(ABORT_AT) {
+        let published = Path::new(dir)
+            .join("ckpt")
+            .join(checkpoint_dir_name(step.parse().unwrap()));
+        std::thread::spawn(move || {
+            while !published.exists() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            std::process::abort();
+        });
+    }
     let (result, signal) = program(Path::new(dir), epochs.parse().unwrap(), true);
     if let Some(e) = result.error {
         eprintln!("training failed: {e}");
@@ -203,9 +207,8 @@ fn a_real_abort_at_three_points_resumes_exactly() {
     let base = tmp.path().join("base");
     let (full, _) = program(&base, 3, false);
     assert!(full.error.is_none(), "{:?}", full.error);
-    // 64 samples per epoch, fetched about as fast as they are trained: after step 3 in epoch
-    // 1, after step 6 in epoch 2, just past the end of epoch 2 (its checkpoint at step 8).
-    for at in [60, 110, 135] {
+    // Just after step 3 (mid-epoch 1), step 6 (mid-epoch 2) and step 8 (the end of epoch 2).
+    for at in [3, 6, 8] {
         let dir = tmp.path().join(format!("abort-{at}"));
         let out = Command::new(std::env::current_exe().unwrap())
             .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
@@ -216,16 +219,13 @@ fn a_real_abort_at_three_points_resumes_exactly() {
             .unwrap();
         assert!(
             !out.status.success() && out.status.code().is_none(),
-            "the child must die by abort at sample {at}: {:?}",
+            "the child must die by abort after step {at}: {:?}",
             out.status
         );
         let root = dir.join("ckpt");
         let before = steps(&root);
-        eprintln!("abort at sample {at}: resuming with checkpoints {before:?}");
-        assert!(
-            !before.is_empty(),
-            "a checkpoint was published before sample {at}"
-        );
+        eprintln!("abort after step {at}: resuming with checkpoints {before:?}");
+        assert!(before.contains(&at), "{before:?}");
         let (resumed, _) = program(&dir, 3, false);
         assert!(
             resumed.error.is_none(),
@@ -237,14 +237,14 @@ fn a_real_abort_at_three_points_resumes_exactly() {
             let b = std::fs::read(root.join(checkpoint_dir_name(12)).join(f)).unwrap();
             assert!(
                 a == b,
-                "{f} differs after an abort at sample {at} (checkpoints then: {before:?})"
+                "{f} differs after an abort after step {at} (checkpoints then: {before:?})"
             );
         }
     }
 }
 
-/// The CubeCL code path (the one CUDA runs) through wgpu: one abort mid-epoch 2, resumed
-/// exactly.
+/// The CubeCL code path (the one CUDA runs) through wgpu: one abort mid-epoch 2 (after step
+/// 6), resumed exactly.
 #[cfg(feature = "wgpu")]
 #[test]
 fn a_real_abort_on_wgpu_resumes_exactly() {
@@ -257,7 +257,7 @@ fn a_real_abort_on_wgpu_resumes_exactly() {
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, format!("{}|3", dir.display()))
-        .env(ABORT_AT, "110")
+        .env(ABORT_AT, "6")
         .env(ON_WGPU, "1")
         .stdin(Stdio::null())
         .output()
@@ -270,7 +270,7 @@ fn a_real_abort_on_wgpu_resumes_exactly() {
     );
     let root = dir.join("ckpt");
     let before = steps(&root);
-    assert!(!before.is_empty());
+    assert!(before.contains(&6), "{before:?}");
     let (resumed, _) = program_on(wgpu(), &dir, 3, false);
     assert!(resumed.error.is_none(), "{:?}", resumed.error);
     for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {

@@ -46,6 +46,11 @@
 //!   `.checkpoint(k)`) abandons the later timeline: at the restore, every newer checkpoint is
 //!   moved aside to `ROOT/.rewound-*` ([`ckpt_core::Engine::rewind`], each a warning) and
 //!   `latest` names `k`, so `latest` always names a checkpoint of the current timeline.
+//! - **CubeCL backends (wgpu, CUDA)** read a record's tensor data lazily: an optimizer record
+//!   read after the next optimizer step holds that step's state. The collector reads the
+//!   optimizer record as soon as it arrives, and the step-level strategy waits for that
+//!   ([`Collector::wait_optimizer_read`]) before training goes on. Burn's own epoch loop (these
+//!   checkpointers without the strategy) does not wait: on CubeCL use the strategy.
 //! - Errors (encode, I/O, a background failure of an earlier save) are returned from `save` /
 //!   `restore`; Burn's `AsyncCheckpointer` then fails the training through its interrupter, and
 //!   they show in `LearningResult::error`.
@@ -82,7 +87,8 @@ fn unknown(e: impl std::fmt::Display) -> CheckpointerError {
 #[derive(Default)]
 struct Pending {
     model: Option<ModuleRecord>,
-    optim: Option<OptimizerRecord>,
+    /// Read as soon as it arrives (see [`Collector::wait_optimizer_read`]).
+    optim: Option<Bytes>,
     scheduler: Option<LrSchedulerRecord>,
 }
 
@@ -90,6 +96,13 @@ struct Pending {
 enum Record {
     Model(ModuleRecord),
     Optim(OptimizerRecord),
+    Scheduler(LrSchedulerRecord),
+}
+
+/// A record as the collector keeps it: the optimizer's already read into memory.
+enum Arrived {
+    Model(ModuleRecord),
+    Optim(Bytes),
     Scheduler(LrSchedulerRecord),
 }
 
@@ -106,6 +119,10 @@ pub struct Collector {
     annotations: Mutex<BTreeMap<usize, Annotation>>,
     /// Per key: extra parts published with the three records (`trainer.bin`).
     extra: Mutex<BTreeMap<usize, Vec<Part>>>,
+    /// Keys whose optimizer record has been read into memory (or failed to be), with the
+    /// condition variable [`Collector::wait_optimizer_read`] waits on.
+    optim_read: Mutex<BTreeMap<usize, std::result::Result<(), String>>>,
+    optim_read_cv: std::sync::Condvar,
 }
 
 type Annotation = (u64, BTreeMap<String, serde_json::Value>);
@@ -148,6 +165,8 @@ impl Collector {
             pending: Mutex::new(BTreeMap::new()),
             annotations: Mutex::new(BTreeMap::new()),
             extra: Mutex::new(BTreeMap::new()),
+            optim_read: Mutex::new(BTreeMap::new()),
+            optim_read_cv: std::sync::Condvar::new(),
         }
     }
 
@@ -255,14 +274,56 @@ impl Collector {
         }
     }
 
+    /// Waits until the optimizer record of checkpoint `key` has been read into memory, at
+    /// most `timeout`. On CubeCL backends (wgpu, CUDA) a record's tensor data is read lazily
+    /// and an optimizer record read after the next optimizer step can hold that step's state
+    /// (found by two identical wgpu runs writing different `optim.bpk`), so the step-level
+    /// strategy waits for this before training goes on. The model and scheduler records are
+    /// not affected.
+    pub fn wait_optimizer_read(&self, key: usize, timeout: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut read = lock(&self.optim_read);
+        loop {
+            if let Some(r) = read.remove(&key) {
+                return r.map_err(crate::Error::Config);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(crate::Error::Config(format!(
+                    "the optimizer record of checkpoint {key} did not arrive within {timeout:?}"
+                )));
+            }
+            read = self
+                .optim_read_cv
+                .wait_timeout(read, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
     fn add(&self, key: usize, record: Record) -> std::result::Result<(), CheckpointerError> {
+        let record = match record {
+            Record::Model(r) => Arrived::Model(r),
+            Record::Scheduler(r) => Arrived::Scheduler(r),
+            Record::Optim(r) => {
+                // Read now, before training goes on (see `wait_optimizer_read`).
+                let read = r.into_bytes();
+                let outcome = read
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| format!("reading the optimizer record of checkpoint {key}: {e}"));
+                lock(&self.optim_read).insert(key, outcome.clone());
+                self.optim_read_cv.notify_all();
+                Arrived::Optim(read.map_err(|_| unknown(outcome.err().unwrap_or_default()))?)
+            }
+        };
         let complete = {
             let mut pending = lock(&self.pending);
             let slot = pending.entry(key).or_default();
             let dup = match record {
-                Record::Model(r) => slot.model.replace(r).is_some(),
-                Record::Optim(r) => slot.optim.replace(r).is_some(),
-                Record::Scheduler(r) => slot.scheduler.replace(r).is_some(),
+                Arrived::Model(r) => slot.model.replace(r).is_some(),
+                Arrived::Optim(b) => slot.optim.replace(b).is_some(),
+                Arrived::Scheduler(r) => slot.scheduler.replace(r).is_some(),
             };
             if dup {
                 tracing::warn!(
@@ -290,7 +351,7 @@ impl Collector {
         &self,
         key: usize,
         model: ModuleRecord,
-        optim: OptimizerRecord,
+        optim: Bytes,
         scheduler: LrSchedulerRecord,
     ) -> std::result::Result<(), CheckpointerError> {
         let step = key as u64;
@@ -304,7 +365,7 @@ impl Collector {
         // Burn lays optimizer tensors out in HashMap order; decode and re-encode for the
         // canonical (name-sorted) layout the rest of this crate writes.
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            let bytes = OptimizerRecord::from_bytes(optim.into_bytes()?)?.into_bytes()?;
+            let bytes = OptimizerRecord::from_bytes(optim)?.into_bytes()?;
             sink.write_all(&bytes)?;
             Ok(())
         };

@@ -297,6 +297,9 @@ impl<M: LearnerModel> Run<'_, M> {
             );
             let t0 = Instant::now();
             checkpointer.checkpoint(learner, key, store);
+            // Training must not go on before the optimizer record is read (CubeCL reads
+            // record data lazily; see `Collector::wait_optimizer_read`).
+            c.wait_optimizer_read(key, Duration::from_secs(600))?;
             tracing::debug!(step, handoff = ?t0.elapsed(), "checkpoint handed over");
             Ok::<_, crate::Error>(Submitted::queued(step, Duration::ZERO))
         });
