@@ -36,9 +36,12 @@
 //!   (`ckpt_zero::agree_on_boundary`), and that step is checkpointed before training ends.
 //! - Checkpoints every N optimizer steps, or as often as an overhead budget allows
 //!   ([`ZeroTrainingStrategy::overhead_budget`]: rank 0's controller decides at each step and
-//!   broadcasts the decision over the training group); no gradient accumulation; the backend
-//!   RNG is not re-seeded (the example trainer's ZeRO loop in `ckpt-demo` shows exact,
-//!   byte-identical resume).
+//!   broadcasts the decision over the training group); no gradient accumulation.
+//! - Resume on the same number of ranks replays each rank's shuffled-loader draws of the
+//!   earlier epochs, so a shuffled `DataLoaderBuilder` loader resumes mid-epoch exactly
+//!   (tested on 2 ranks). The backend RNG is not re-seeded: a model with dropout does not
+//!   replay its masks (the example trainer's ZeRO loop in `ckpt-demo` re-seeds per step under a
+//!   process-wide lock and resumes byte-identically).
 
 use std::{
     path::{Path, PathBuf},
@@ -490,6 +493,13 @@ fn run_rank<M: LearnerModel>(
         rank,
     };
     run.session.resumed_at(start_step);
+    // Burn's shuffled loaders draw a new order at every `iter()` from an RNG that starts afresh
+    // in each process: replay the earlier epochs' draws (same rank count: same slices).
+    if strategy.resume_dir().is_some() {
+        for _ in 1..first_epoch {
+            drop(loader.iter());
+        }
+    }
     for epoch in first_epoch.max(*epochs.start())..=*epochs.end() {
         if let Some(l) = leader.as_mut() {
             l.interrupter

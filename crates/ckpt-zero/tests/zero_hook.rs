@@ -226,3 +226,39 @@ fn a_fresh_run_in_a_used_root_is_refused_and_overwrite_moves_the_old_run_aside()
         .count();
     assert_eq!(aside, 2);
 }
+
+#[test]
+fn two_ranks_with_a_shuffled_loader_resume_mid_epoch_exactly() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |root: &Path, resume: bool| {
+        let device = Device::flex().autodiff();
+        let (train, valid) = loaders(8, Some(3));
+        let zero = ZeroTrainingStrategy::new(device.clone(), 2, EngineConfig::new(root), 3)
+            .unwrap()
+            .seed(3)
+            .resume(resume);
+        let r = SupervisedTraining::new(root.join("burn"), train, valid)
+            .with_application_logger(None)
+            .with_training_strategy(zero.into_training_strategy())
+            .num_epochs(3)
+            .launch(learner(tiny(&device)));
+        assert!(r.error.is_none(), "{:?}", r.error);
+    };
+    let full = tmp.path().join("full");
+    run(&full, false);
+    assert_eq!(published_steps(&full), vec![3, 6, 9, 12]);
+    // As if the run had died after step 6 (mid-epoch 2): only steps 3 and 6 survive.
+    let crashed = tmp.path().join("crashed");
+    std::fs::create_dir_all(&crashed).unwrap();
+    for s in [3u64, 6] {
+        let (a, b) = (step_dir(&full, s), step_dir(&crashed, s));
+        std::fs::create_dir(&b).unwrap();
+        for e in std::fs::read_dir(&a).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), b.join(e.file_name())).unwrap();
+        }
+    }
+    run(&crashed, true);
+    assert_same_records(&full, &crashed, 12);
+}
