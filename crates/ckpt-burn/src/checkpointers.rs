@@ -133,8 +133,6 @@ type Part = (String, Vec<u8>);
 /// How this run relates to the checkpoints already in the root.
 #[derive(Debug, Default)]
 struct RunGuard {
-    /// The newest valid checkpoint found at open (`None`: an empty root).
-    existing: Option<u64>,
     /// The checkpoint this run resumed from (Burn restored it, or the strategy did).
     resumed: Option<u64>,
     /// Start over in a used root: move its checkpoints aside.
@@ -153,15 +151,11 @@ impl std::fmt::Debug for Collector {
 
 impl Collector {
     fn new(engine: Engine, recovery: RecoveryReport) -> Self {
-        let guard = RunGuard {
-            existing: recovery.latest.as_ref().map(|c| c.step),
-            ..Default::default()
-        };
         Self {
             root: engine.root().to_path_buf(),
             engine: Mutex::new(Some(engine)),
             recovery,
-            guard: Mutex::new(guard),
+            guard: Mutex::new(RunGuard::default()),
             pending: Mutex::new(BTreeMap::new()),
             annotations: Mutex::new(BTreeMap::new()),
             extra: Mutex::new(BTreeMap::new()),
@@ -183,7 +177,7 @@ impl Collector {
 
     /// The newest valid checkpoint found when the engine was opened.
     pub fn latest_step(&self) -> Option<u64> {
-        lock(&self.guard).existing
+        self.recovery.latest.as_ref().map(|c| c.step)
     }
 
     /// Records that this run resumed from checkpoint `step` and rewinds to it (see the module
@@ -208,7 +202,7 @@ impl Collector {
         if g.settled {
             return Ok(());
         }
-        let to = match (g.existing, g.resumed, g.overwrite) {
+        let to = match (self.latest_step(), g.resumed, g.overwrite) {
             (None, _, _) => {
                 g.settled = true;
                 return Ok(());

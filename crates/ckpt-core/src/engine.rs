@@ -362,14 +362,18 @@ impl Engine {
 
     /// Blocks until nothing is in flight, then polls.
     pub fn wait_idle(&mut self) -> Result<Vec<SaveEvent>> {
+        self.wait_drained();
+        self.poll()
+    }
+
+    /// Blocks until nothing is in flight (outcomes stay queued).
+    fn wait_drained(&self) {
         self.wake_worker();
         let (m, cv) = &*self.slots;
         let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
         while *n > 0 {
             n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
         }
-        drop(n);
-        self.poll()
     }
 
     /// Submits a snapshot. After it returns the caller may mutate anything: the snapshot owns
@@ -453,14 +457,7 @@ impl Engine {
     /// timeline. Each moved checkpoint is a warning. Returns the steps moved and where.
     pub fn rewind(&mut self, to: Option<u64>) -> Result<Vec<(u64, PathBuf)>> {
         // Events stay queued for the next poll.
-        self.wake_worker();
-        {
-            let (m, cv) = &*self.slots;
-            let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
-            while *n > 0 {
-                n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
-            }
-        }
+        self.wait_drained();
         self.collect();
         self.take_error()?;
         let moved = self.publisher.rewind(to)?;

@@ -40,12 +40,14 @@
 //! - A replaced step (the local `with_replace`): its remote manifest is deleted before the new
 //!   parts go up, so the old manifest never lists new parts.
 
+mod completions;
 mod error;
 mod remote;
 mod uploader;
 
+pub use completions::Completions;
 pub use error::{Error, Result};
 pub use remote::{
     LatestPointer, Remote, RemoteCheckpoint, RemoteConfig, Restored, UploadPlan, Uploaded,
 };
-pub use uploader::Uploader;
+pub use uploader::{Uploader, stage};

@@ -434,15 +434,13 @@ impl Remote {
     /// its ranks instead.
     pub fn upload(&self, dir: &Path) -> Result<Uploaded> {
         let t0 = Instant::now();
-        let plan = self.begin_upload(dir)?;
+        let m = ckpt_core::read_manifest(dir)?;
+        let plan = self.begin(&m)?;
         let bytes = match plan {
-            UploadPlan::Parts => {
-                let m = ckpt_core::read_manifest(dir)?;
-                self.upload_parts(dir, m.files.iter().map(|f| f.name.as_str()))?
-            }
+            UploadPlan::Parts => self.parts(dir, &m, m.files.iter().map(|f| f.name.as_str()))?,
             UploadPlan::AlreadyThere => 0,
         };
-        self.commit_upload(dir, plan, bytes, t0)
+        self.commit(dir, &m, plan, bytes, t0)
     }
 
     /// The first step of an upload of the published local checkpoint `dir`: compares it with
@@ -451,7 +449,10 @@ impl Remote {
     /// stops existing first, its manifest deleted, so no reader can pair the old manifest
     /// with new parts.
     pub fn begin_upload(&self, dir: &Path) -> Result<UploadPlan> {
-        let m = ckpt_core::read_manifest(dir)?;
+        self.begin(&ckpt_core::read_manifest(dir)?)
+    }
+
+    fn begin(&self, m: &Manifest) -> Result<UploadPlan> {
         let step = m.step;
         let existing = match self.manifest(step) {
             Ok(m) => Some(m),
@@ -486,7 +487,15 @@ impl Remote {
         dir: &Path,
         names: impl IntoIterator<Item = &'a str>,
     ) -> Result<u64> {
-        let m = ckpt_core::read_manifest(dir)?;
+        self.parts(dir, &ckpt_core::read_manifest(dir)?, names)
+    }
+
+    fn parts<'a>(
+        &self,
+        dir: &Path,
+        m: &Manifest,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<u64> {
         let mut throttle = Throttle::new(self.config.max_bytes_per_sec);
         let mut bytes = 0;
         for name in names {
@@ -510,7 +519,17 @@ impl Remote {
         bytes: u64,
         started: Instant,
     ) -> Result<Uploaded> {
-        let m = ckpt_core::read_manifest(dir)?;
+        self.commit(dir, &ckpt_core::read_manifest(dir)?, plan, bytes, started)
+    }
+
+    fn commit(
+        &self,
+        dir: &Path,
+        m: &Manifest,
+        plan: UploadPlan,
+        bytes: u64,
+        started: Instant,
+    ) -> Result<Uploaded> {
         let step = m.step;
         if plan == UploadPlan::Parts {
             for f in &m.files {

@@ -15,9 +15,9 @@ use std::{
     thread::JoinHandle,
 };
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 
-use crate::{Error, Remote, Result, Uploaded};
+use crate::{Completions, Error, Remote, Result, Uploaded};
 
 struct Job {
     step: u64,
@@ -29,10 +29,8 @@ struct Job {
 pub struct Uploader {
     remote: Remote,
     jobs: Option<Sender<Job>>,
-    done: Receiver<Result<Uploaded>>,
+    done: Completions<Error>,
     worker: Option<JoinHandle<()>>,
-    queued: usize,
-    uploaded: Vec<Uploaded>,
     /// Set on drop without `finish`: queued uploads are abandoned, not waited for.
     cancel: Arc<AtomicBool>,
 }
@@ -67,10 +65,8 @@ impl Uploader {
         Ok(Self {
             remote,
             jobs: Some(jobs_tx),
-            done: done_rx,
+            done: Completions::new(done_rx),
             worker: Some(worker),
-            queued: 0,
-            uploaded: Vec::new(),
             cancel,
         })
     }
@@ -82,50 +78,25 @@ impl Uploader {
 
     /// Uploads not finished yet.
     pub fn pending(&self) -> usize {
-        self.queued
+        self.done.pending()
     }
 
     /// Queues the published local checkpoint `dir` (of `step`) for upload.
     pub fn submit(&mut self, step: u64, dir: &Path) -> Result<()> {
-        let staged = stage(step, dir)?;
+        let staged = stage(step, dir, None, "")?;
         let jobs = self
             .jobs
             .as_ref()
             .ok_or_else(|| Error::Gone("uploader already finished".into()))?;
         jobs.send(Job { step, staged })
             .map_err(|_| Error::Gone("the uploader thread is gone".into()))?;
-        self.queued += 1;
+        self.done.queued();
         Ok(())
     }
 
     fn collect(&mut self, block: bool) -> Result<Vec<Uploaded>> {
-        let mut out = Vec::new();
-        let mut first_err = None;
-        loop {
-            let next = if block && self.queued > 0 {
-                self.done.recv().ok()
-            } else {
-                self.done.try_recv().ok()
-            };
-            let Some(r) = next else { break };
-            self.queued = self.queued.saturating_sub(1);
-            match r {
-                Ok(u) => out.push(u),
-                Err(e) => {
-                    if first_err.is_none() {
-                        first_err = Some(e);
-                    }
-                    if !block {
-                        break;
-                    }
-                }
-            }
-        }
-        self.uploaded.extend(out.iter().cloned());
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        self.done
+            .collect(block, || Error::Gone("the uploader thread is gone".into()))
     }
 
     /// Uploads finished since the last call; the first failure, if any, as an error.
@@ -146,7 +117,7 @@ impl Uploader {
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
-        r.map(|_| std::mem::take(&mut self.uploaded))
+        r.map(|_| self.done.take_all())
     }
 }
 
@@ -160,32 +131,44 @@ impl Drop for Uploader {
         }
         self.cancel.store(true, Ordering::Relaxed);
         self.jobs = None;
-        if self.queued > 0 {
+        if self.pending() > 0 {
             tracing::warn!(
-                pending = self.queued,
+                pending = self.pending(),
                 "checkpoint uploads abandoned: the uploader was dropped without finish"
             );
         }
     }
 }
 
-/// Hard-links the files of published checkpoint `dir` into a sibling `.tmp-upload-*`
-/// directory (recovery removes it if the run dies), falling back to a copy across file
-/// systems.
-fn stage(step: u64, dir: &Path) -> Result<PathBuf> {
+/// Hard-links the files of published checkpoint `dir` named by `names` (all of them when
+/// `None`) into a sibling `ROOT/.tmp-upload-<step>-<pid><suffix>` directory (recovery removes it
+/// if the run dies), falling back to a copy across file systems. Published files are never
+/// modified, so the link is a stable copy while local retention deletes the original.
+pub fn stage(step: u64, dir: &Path, names: Option<&[&str]>, suffix: &str) -> Result<PathBuf> {
     let local = |path: &Path| {
         let path = path.to_path_buf();
         move |source| Error::Local { step, path, source }
     };
     let root = dir.parent().unwrap_or(Path::new("."));
-    let staged = root.join(format!(".tmp-upload-{step}-{}", std::process::id()));
+    let staged = root.join(format!(".tmp-upload-{step}-{}{suffix}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staged);
     std::fs::create_dir(&staged).map_err(local(&staged))?;
-    for ent in std::fs::read_dir(dir).map_err(local(dir))? {
-        let ent = ent.map_err(local(dir))?;
-        let to = staged.join(ent.file_name());
-        if std::fs::hard_link(ent.path(), &to).is_err() {
-            std::fs::copy(ent.path(), &to).map_err(local(&ent.path()))?;
+    let all: Vec<std::ffi::OsString>;
+    let names: Vec<&std::ffi::OsStr> = match names {
+        Some(n) => n.iter().map(std::ffi::OsStr::new).collect(),
+        None => {
+            all = std::fs::read_dir(dir)
+                .map_err(local(dir))?
+                .map(|e| e.map(|e| e.file_name()))
+                .collect::<std::io::Result<_>>()
+                .map_err(local(dir))?;
+            all.iter().map(|n| n.as_os_str()).collect()
+        }
+    };
+    for name in names {
+        let (from, to) = (dir.join(name), staged.join(name));
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).map_err(local(&from))?;
         }
     }
     Ok(staged)

@@ -28,8 +28,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ckpt_remote::{Remote, UploadPlan, Uploaded};
-use crossbeam_channel::{Receiver, Sender};
+use ckpt_remote::{Completions, Remote, UploadPlan, Uploaded};
+use crossbeam_channel::Sender;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::AfterPublish;
@@ -76,10 +76,8 @@ pub struct ShardUploader {
     rank: usize,
     remote: Remote,
     jobs: Sender<Job>,
-    done: Receiver<Result<Uploaded>>,
+    done: Completions<Error>,
     worker: Option<JoinHandle<()>>,
-    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    uploaded: Vec<Uploaded>,
 }
 
 impl std::fmt::Debug for ShardUploader {
@@ -127,10 +125,8 @@ impl ShardUploader {
             rank,
             remote,
             jobs,
-            done,
+            done: Completions::new(done),
             worker: Some(worker),
-            queued: Default::default(),
-            uploaded: Vec::new(),
         })
     }
 
@@ -141,7 +137,7 @@ impl ShardUploader {
 
     /// Uploads queued and not finished.
     pub fn pending(&self) -> usize {
-        self.queued.load(std::sync::atomic::Ordering::Relaxed)
+        self.done.pending()
     }
 
     /// The hook for [`crate::ShardedSaver::start_with`]: stages this rank's share of every
@@ -149,7 +145,7 @@ impl ShardUploader {
     pub fn after_publish(&self) -> AfterPublish {
         let jobs = self.jobs.clone();
         let rank = self.rank;
-        let queued = self.queued.clone();
+        let queued = self.done.counter();
         Box::new(move |step, dir| {
             let staged = stage_share(step, dir, rank);
             queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -160,44 +156,12 @@ impl ShardUploader {
     }
 
     fn collect(&mut self, block: bool) -> Result<Vec<Uploaded>> {
-        let mut out = Vec::new();
-        let mut first_err = None;
-        loop {
-            let next = if block && self.pending() > 0 {
-                match self.done.recv() {
-                    Ok(r) => Some(r),
-                    Err(_) => {
-                        // The thread stopped after a collective failure it already reported
-                        // (kept in `first_err`), or vanished.
-                        self.queued.store(0, std::sync::atomic::Ordering::Relaxed);
-                        first_err.get_or_insert(Error::Rank {
-                            rank: self.rank,
-                            reason: "the upload thread is gone".into(),
-                        });
-                        break;
-                    }
-                }
-            } else {
-                self.done.try_recv().ok()
-            };
-            let Some(r) = next else { break };
-            self.queued
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            match r {
-                Ok(u) => out.push(u),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                    if !block {
-                        break;
-                    }
-                }
-            }
-        }
-        self.uploaded.extend(out.iter().cloned());
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        // The thread stops after a collective failure it already reported, or vanished.
+        let rank = self.rank;
+        self.done.collect(block, || Error::Rank {
+            rank,
+            reason: "the upload thread is gone".into(),
+        })
     }
 
     /// Uploads finished since the last call; the first failure, if any, as an error.
@@ -215,7 +179,7 @@ impl ShardUploader {
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
-        r.map(|_| std::mem::take(&mut self.uploaded))
+        r.map(|_| self.done.take_all())
     }
 }
 
@@ -252,28 +216,16 @@ fn stage_share(
     dir: &Path,
     rank: usize,
 ) -> std::result::Result<(PathBuf, Vec<String>), String> {
-    let fail = |what: &Path, e: &dyn std::fmt::Display| {
-        format!("step {step}: staging {} for upload: {e}", what.display())
-    };
-    let m = ckpt_core::read_manifest(dir).map_err(|e| fail(dir, &e))?;
+    let m = ckpt_core::read_manifest(dir)
+        .map_err(|e| format!("step {step}: staging for upload: {e}"))?;
     let names = share(m.files.into_iter().map(|f| f.name), rank);
-    let root = dir.parent().unwrap_or(Path::new("."));
-    let staged = root.join(format!(
-        ".tmp-upload-{step}-{}-rank{rank}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&staged);
-    std::fs::create_dir(&staged).map_err(|e| fail(&staged, &e))?;
-    for name in names
+    let linked: Vec<&str> = names
         .iter()
         .map(String::as_str)
         .chain([ckpt_core::MANIFEST_FILE])
-    {
-        let (from, to) = (dir.join(name), staged.join(name));
-        if std::fs::hard_link(&from, &to).is_err() {
-            std::fs::copy(&from, &to).map_err(|e| fail(&from, &e))?;
-        }
-    }
+        .collect();
+    let staged = ckpt_remote::stage(step, dir, Some(&linked), &format!("-rank{rank}"))
+        .map_err(|e| e.to_string())?;
     Ok((staged, names))
 }
 
