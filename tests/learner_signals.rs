@@ -55,6 +55,14 @@ fn base_device() -> Device {
     Device::flex()
 }
 
+/// The same initial weights in every run: the backend RNG (process-global, and other tests of
+/// this process train beside this one) seeded under the lock the deterministic strategies hold.
+fn init(device: &Device) -> Tiny {
+    let _rng = burn_ckpt::ckpt_burn::backend_rng_lock();
+    device.seed(5);
+    burn_ckpt::ckpt_burn::assign_param_ids(Tiny::with_dropout(device, 0.3), 5)
+}
+
 /// The program: what a user writes, plus the stop handler.
 fn program(dir: &Path, epochs: usize, signals: bool) -> (LearningResult<Tiny>, Option<i32>) {
     program_on(base_device(), dir, epochs, signals)
@@ -86,17 +94,55 @@ fn program_on(
         .with_custom_checkpointers(m, o, s)
         .with_checkpointing_strategy(AlwaysSave)
         .with_training_strategy(strategy.into_training_strategy())
-        .with_application_logger(None)
         .num_epochs(epochs);
+    // Burn's default application logger (`experiment.log`) is process-global: only the child
+    // of the logging test installs it.
+    let training = if std::env::var(LOGGED).is_ok() {
+        training
+    } else {
+        training.with_application_logger(None)
+    };
     let stop = signals.then(|| StopOnSignal::install(training.interrupter()).unwrap());
-    // The same initial weights in every run.
-    device.seed(5);
     // ParamIds are random per process in Burn: derive them from a seed, so an independent
     // uninterrupted run writes comparable bytes (a resume restores them from the checkpoint).
-    let model = burn_ckpt::ckpt_burn::assign_param_ids(Tiny::with_dropout(&device, 0.3), 5);
+    let model = init(&device);
     let result = training.launch(learner(model));
     ckpt.finish_within(Duration::from_secs(30)).unwrap();
     (result, stop.and_then(|s| s.received()))
+}
+
+/// Environment variable: the child keeps Burn's default application logger.
+const LOGGED: &str = "BURN_CKPT_LEARNER_LOGGED";
+
+/// Environment variable: the child runs [`zero_program`] (2 ZeRO-1 ranks), not [`program`].
+const ZERO: &str = "BURN_CKPT_LEARNER_ZERO";
+
+/// The same program on 2 ZeRO-1 rank threads (`ZeroTrainingStrategy`), checkpointing every 2
+/// optimizer steps (each rank reads half of the data: 4 steps per epoch), with the README's
+/// lines: `.deterministic(seed)` and `.resume(true)`.
+fn zero_program(dir: &Path, epochs: usize) -> LearningResult<Tiny> {
+    use burn_ckpt::ckpt_zero::strategy::ZeroTrainingStrategy;
+    let device = Device::flex().autodiff();
+    let train = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(8)
+        .shuffle(3)
+        .num_workers(1)
+        .build(Slow(InMemDataset::new(data())));
+    let valid = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(data()));
+    let zero = ZeroTrainingStrategy::new(device.clone(), 2, EngineConfig::new(dir.join("ckpt")), 2)
+        .unwrap()
+        .deterministic(11)
+        .resume(true);
+    let training = SupervisedTraining::new(dir.join("burn"), train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .with_training_strategy(zero.into_training_strategy())
+        .with_application_logger(None)
+        .num_epochs(epochs);
+    let model = init(&device);
+    training.launch(learner(model))
 }
 
 #[test]
@@ -116,6 +162,14 @@ fn child_entry() {
             std::thread::sleep(Duration::from_millis(10));
             std::process::abort();
         });
+    }
+    if std::env::var(ZERO).is_ok() {
+        let result = zero_program(Path::new(dir), epochs.parse().unwrap());
+        if let Some(e) = result.error {
+            eprintln!("training failed: {e}");
+            std::process::exit(1);
+        }
+        std::process::exit(0);
     }
     let (result, signal) = program(Path::new(dir), epochs.parse().unwrap(), true);
     if let Some(e) = result.error {
@@ -281,4 +335,91 @@ fn a_real_abort_on_wgpu_resumes_exactly() {
             "wgpu: {f} differs after an abort (checkpoints then: {before:?})"
         );
     }
+}
+
+/// `ZeroTrainingStrategy` with 2 ranks, a shuffled loader and dropout: a real abort just after
+/// step 2 (mid-epoch 1), step 6 (mid-epoch 2) and step 8 (the end of epoch 2), each resumed
+/// with `.resume(true)`, ends with the bytes of the uninterrupted run.
+#[test]
+fn two_zero_ranks_abort_at_three_points_and_resume_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    let full = zero_program(&base, 3);
+    assert!(full.error.is_none(), "{:?}", full.error);
+    assert_eq!(steps(&base.join("ckpt")), vec![2, 4, 6, 8, 10, 12]);
+    for at in [2, 6, 8] {
+        let dir = tmp.path().join(format!("abort-{at}"));
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, format!("{}|3", dir.display()))
+            .env(ABORT_AT, at.to_string())
+            .env(ZERO, "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.code().is_none(),
+            "the child must die by abort after step {at}: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let root = dir.join("ckpt");
+        let before = steps(&root);
+        eprintln!("zero: abort after step {at}: resuming with checkpoints {before:?}");
+        assert!(before.contains(&at) && !before.contains(&12), "{before:?}");
+        let resumed = zero_program(&dir, 3);
+        assert!(
+            resumed.error.is_none(),
+            "abort at {at}: {:?}",
+            resumed.error
+        );
+        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+            let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(12)).join(f)).unwrap();
+            let b = std::fs::read(root.join(checkpoint_dir_name(12)).join(f)).unwrap();
+            assert!(
+                a == b,
+                "zero: {f} differs after an abort after step {at} (checkpoints then: {before:?})"
+            );
+        }
+    }
+}
+
+/// Recovery runs when the checkpoints are opened, before `launch` installs Burn's logger; the
+/// strategy re-emits what it did when training starts, so a quarantined checkpoint is in
+/// `experiment.log`.
+#[test]
+fn what_recovery_did_reaches_burns_experiment_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let (first, _) = program(&dir, 1, false);
+    assert!(first.error.is_none(), "{:?}", first.error);
+    let root = dir.join("ckpt");
+    let newest = *steps(&root).last().unwrap();
+    let model = root.join(checkpoint_dir_name(newest)).join(MODEL_FILE);
+    let mut bytes = std::fs::read(&model).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&model, bytes).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{}|2", dir.display()))
+        .env(LOGGED, "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(dir.join("burn").join("experiment.log")).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("moved an invalid checkpoint aside"))
+        .unwrap_or_else(|| panic!("no recovery warning in experiment.log:\n{log}"));
+    assert!(
+        line.contains("WARN") && line.contains(&checkpoint_dir_name(newest)),
+        "{line}"
+    );
 }

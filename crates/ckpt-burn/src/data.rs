@@ -34,6 +34,16 @@ pub fn mix_seed(words: &[u64]) -> u64 {
     s
 }
 
+static BACKEND_RNG: Mutex<()> = Mutex::new(());
+
+/// A process-wide lock for "re-seed the backend RNG, then draw from it" (Burn's backend RNG is
+/// global to the process): rank threads that re-seed per step hold it across seeding and the
+/// forward/backward pass, so their draws never interleave. Poisoning is ignored (the lock
+/// guards no data).
+pub fn backend_rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    BACKEND_RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The permutation of `n` items for `(seed, epoch, shard)`; a pure function of its inputs.
 pub fn epoch_permutation(seed: u64, epoch: u64, shard: (usize, usize), n: usize) -> Vec<u32> {
     let mut perm: Vec<u32> = (0..n as u32).collect();

@@ -161,8 +161,9 @@ impl CkptTrainingStrategy {
     /// drew. Compared with a plain Burn run, the masks are different (Burn seeds once, at
     /// start) but equally random, and the RNG is re-seeded for everything else on the
     /// training thread too (model initialization is done before training, so it is not
-    /// affected). Burn's backend RNG is process-global: other threads drawing from it during
-    /// training break the replay.
+    /// affected). Burn's backend RNG is process-global: seeding and the forward/backward pass
+    /// hold [`crate::backend_rng_lock`], and any other thread of the process that draws from
+    /// the backend RNG during training must hold it too, or the replay breaks.
     pub fn deterministic(mut self, seed: u64) -> Self {
         self.deterministic = Some(seed);
         self
@@ -462,11 +463,20 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                 }
                 let t0 = Instant::now();
                 let item_progress = iterator.progress();
-                if let Some(seed) = self.deterministic {
-                    self.device
-                        .seed(crate::mix_seed(&[seed, run.step + 1, accumulated as u64]));
-                }
-                let out = learner.train_step(item);
+                // Seeding and the pass that draws hold the process-wide RNG lock, so other
+                // deterministic trainings in this process (ZeRO ranks too) cannot interleave.
+                let out = match self.deterministic {
+                    Some(seed) => {
+                        let _rng = crate::backend_rng_lock();
+                        self.device.seed(crate::mix_seed(&[
+                            seed,
+                            run.step + 1,
+                            accumulated as u64,
+                        ]));
+                        learner.train_step(item)
+                    }
+                    None => learner.train_step(item),
+                };
                 let stepped = match grad_accumulation {
                     Some(n) => {
                         accumulator.accumulate(&learner.model(), out.grads);

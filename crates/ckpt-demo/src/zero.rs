@@ -12,7 +12,6 @@
 
 use std::{
     path::PathBuf,
-    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -32,9 +31,6 @@ use crate::model::{optimizer, scheduler};
 use crate::tier::Tier;
 use crate::trainer::{self as demo, DemoConfig, DemoReport, Frequency, StepInfo};
 use crate::{Error, Result};
-
-/// Serializes seeding + forward/backward across rank threads (the backend RNG is global).
-static RNG_LOCK: Mutex<()> = Mutex::new(());
 
 /// Settings of a multi-rank run.
 #[derive(Debug, Clone)]
@@ -224,7 +220,7 @@ fn run_rank(
     let device = d.backend.device().autodiff();
 
     let mut model = {
-        let _g = RNG_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = ckpt_burn::backend_rng_lock();
         demo::fresh_model(d, &device)
     };
     let mut optim = optimizer();
@@ -312,7 +308,7 @@ fn run_rank(
     for step in start + 1..=d.steps {
         let t_step = Instant::now();
         let (epoch, loss_value, grads) = {
-            let _g = RNG_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = ckpt_burn::backend_rng_lock();
             device.seed(step_seed(d.seed, step));
             let (epoch, batch) = loader.next_batch()?;
             let out = model.forward(batch.x);

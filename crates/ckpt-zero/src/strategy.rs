@@ -39,9 +39,9 @@
 //!   broadcasts the decision over the training group); no gradient accumulation.
 //! - Resume on the same number of ranks replays each rank's shuffled-loader draws of the
 //!   earlier epochs, so a shuffled `DataLoaderBuilder` loader resumes mid-epoch exactly
-//!   (tested on 2 ranks). The backend RNG is not re-seeded: a model with dropout does not
-//!   replay its masks (the example trainer's ZeRO loop in `ckpt-demo` re-seeds per step under a
-//!   process-wide lock and resumes byte-identically).
+//!   (tested on 2 ranks). With [`ZeroTrainingStrategy::deterministic`] every rank re-seeds the
+//!   backend RNG from `(seed, step, rank)` before its forward/backward pass, under a
+//!   process-wide lock, so dropout masks replay too (the ranks' passes then run one at a time).
 
 use std::{
     path::{Path, PathBuf},
@@ -90,6 +90,7 @@ pub struct ZeroTrainingStrategy {
     resume: bool,
     overwrite: bool,
     seed: Option<u64>,
+    deterministic: Option<u64>,
 }
 
 impl std::fmt::Debug for ZeroTrainingStrategy {
@@ -137,6 +138,7 @@ impl ZeroTrainingStrategy {
             resume: false,
             overwrite: false,
             seed: None,
+            deterministic: None,
         })
     }
 
@@ -145,6 +147,20 @@ impl ZeroTrainingStrategy {
     /// checkpointing: a checkpoint must not claim a seed it was not trained with.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
+        self
+    }
+
+    /// Deterministic mode, for exact resume of models that draw from the backend RNG
+    /// (dropout): before its forward/backward pass of step `s`, rank `r` re-seeds the backend
+    /// RNG from `(seed, s, r)`, holding [`ckpt_burn::backend_rng_lock`] until the pass is done
+    /// (Burn's backend RNG is process-global, shared by the rank threads). A resumed run then
+    /// draws exactly the masks of the uninterrupted one. What it changes compared with a plain
+    /// run: the masks differ (equally random), and the ranks' forward/backward passes no longer
+    /// overlap (the collectives and optimizer steps still do). Also sets [`Self::seed`] if it
+    /// was not given.
+    pub fn deterministic(mut self, seed: u64) -> Self {
+        self.deterministic = Some(seed);
+        self.seed.get_or_insert(seed);
         self
     }
 
@@ -313,6 +329,8 @@ struct RankRun<M: LearnerModel> {
     store: Arc<EventStoreClient>,
     session: CheckpointSession,
     seed: u64,
+    deterministic: Option<u64>,
+    device: Device,
     step: u64,
     rank: usize,
 }
@@ -377,7 +395,18 @@ impl<M: LearnerModel> RankRun<M> {
             }
             let progress = iterator.progress();
             let t_step = Instant::now();
-            let out = learner.train_step(item);
+            let out = match self.deterministic {
+                Some(seed) => {
+                    let _rng = ckpt_burn::backend_rng_lock();
+                    self.device.seed(ckpt_burn::mix_seed(&[
+                        seed,
+                        self.step + 1,
+                        self.rank as u64,
+                    ]));
+                    learner.train_step(item)
+                }
+                None => learner.train_step(item),
+            };
             let owned = self.zero.reduce_owned(&learner.model(), out.grads)?;
             learner.lr_step();
             learner.optimizer_step(owned);
@@ -489,6 +518,8 @@ fn run_rank<M: LearnerModel>(
         store,
         session,
         seed,
+        deterministic: strategy.deterministic,
+        device: strategy.device.clone(),
         step: start_step,
         rank,
     };
