@@ -5,7 +5,7 @@
 //!
 //! A rewind is several renames, so it runs under a durable intent, `ROOT/.rewind`, written
 //! (atomically: temporary file, fsync, rename, root fsync) before the first rename and removed
-//! after `latest` was moved. Start-up recovery completes a rewind whose intent it finds, so
+//! last (`latest` is moved first, then the checkpoints). Start-up recovery completes a rewind whose intent it finds, so
 //! after a crash or a power cut at any point of it, `latest` and recovery never choose a
 //! checkpoint of the abandoned timeline.
 
@@ -70,9 +70,20 @@ pub(crate) fn rewind(
     complete(st, root, to)
 }
 
-/// Moves every checkpoint newer than `to` aside (newest first), points `latest` at `to`,
-/// then removes the intent; each step durable before the next.
+/// Points `latest` at `to` first (so a reader that does not run recovery never follows it to
+/// a checkpoint being moved), then moves every checkpoint newer than `to` aside (newest
+/// first), then removes the intent; each step durable before the next.
 fn complete(st: &dyn Storage, root: &Path, to: Option<u64>) -> Result<Vec<(u64, PathBuf)>> {
+    let lf = root.join(crate::LATEST_FILE);
+    match to {
+        Some(k) if st.exists(&root.join(checkpoint_dir_name(k))) => {
+            write_latest(st, root, &checkpoint_dir_name(k))
+        }
+        // Start-up recovery points `latest` at the newest valid one.
+        Some(_) => Ok(()),
+        None => remove_latest(st, root),
+    }
+    .map_err(|e| Error::io(&lf, e))?;
     let mut moved = Vec::new();
     for (step, path) in crate::listing::step_dirs(st, root)?.into_iter().rev() {
         if to.is_some_and(|k| step <= k) {
@@ -87,16 +98,6 @@ fn complete(st: &dyn Storage, root: &Path, to: Option<u64>) -> Result<Vec<(u64, 
         moved.push((step, aside));
     }
     st.sync_dir(root).map_err(|e| Error::io(root, e))?;
-    let lf = root.join(crate::LATEST_FILE);
-    match to {
-        Some(k) if st.exists(&root.join(checkpoint_dir_name(k))) => {
-            write_latest(st, root, &checkpoint_dir_name(k))
-        }
-        // Start-up recovery points `latest` at the newest valid one.
-        Some(_) => Ok(()),
-        None => remove_latest(st, root),
-    }
-    .map_err(|e| Error::io(&lf, e))?;
     let intent = root.join(REWIND_FILE);
     st.remove_file(&intent).map_err(|e| Error::io(&intent, e))?;
     st.sync_dir(root).map_err(|e| Error::io(root, e))?;
