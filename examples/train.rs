@@ -63,6 +63,24 @@ enum OnSaveError {
     Continue,
 }
 
+/// `--snapshot-budget-mb`: a number of MiB (0: no limit) or `auto`.
+#[derive(Debug, Clone, Copy)]
+enum Budget {
+    /// [`ckpt_core::auto_snapshot_budget`].
+    Auto,
+    /// This many MiB; 0: no limit.
+    Mib(u64),
+}
+
+fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(Budget::Auto);
+    }
+    s.parse()
+        .map(Budget::Mib)
+        .map_err(|_| format!("{s:?} is neither a number of MiB nor `auto`"))
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum BackpressureArg {
     /// Wait for a free persist slot (counted as stall and `blocked_ms`).
@@ -151,10 +169,12 @@ struct Args {
     /// Checkpoints persisting at once (bounds the memory they hold).
     #[arg(long, default_value_t = 1)]
     max_in_flight: usize,
-    /// Extra memory (MiB) a save may take; a save whose background peak (held state plus
-    /// Burn's optimizer record) would exceed it is written while training waits. 0: no limit.
-    #[arg(long, value_name = "MIB", default_value_t = 1024)]
-    snapshot_budget_mb: u64,
+    /// Extra memory a save may take, in MiB, or `auto`: half of the memory available at
+    /// start. A save whose background peak (held state plus Burn's optimizer record) would
+    /// exceed it still persists in the background, but training waits after submitting it
+    /// until what it still holds fits. 0: no limit.
+    #[arg(long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_budget)]
+    snapshot_budget_mb: Budget,
     /// Also upload every published checkpoint to this object-store prefix (s3://bucket/prefix;
     /// credentials and endpoint from the AWS_* variables); --resume then falls back to it when
     /// no local checkpoint is as new. Needs the `remote` feature.
@@ -353,7 +373,23 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         BackpressureArg::Sync => Backpressure::Sync,
     };
     cfg.max_in_flight = args.max_in_flight;
-    cfg.snapshot_budget = (args.snapshot_budget_mb > 0).then_some(args.snapshot_budget_mb << 20);
+    cfg.snapshot_budget = match args.snapshot_budget_mb {
+        Budget::Mib(0) => None,
+        Budget::Mib(n) => Some(n << 20),
+        Budget::Auto => {
+            let b = ckpt_core::auto_snapshot_budget();
+            match b {
+                Some(b) => tracing::info!(
+                    budget_mib = b >> 20,
+                    "snapshot memory budget: half of the memory available now (--snapshot-budget-mb auto)"
+                ),
+                None => tracing::warn!(
+                    "--snapshot-budget-mb auto: /proc/meminfo is unreadable here, so saves have no memory limit; give a number of MiB to set one"
+                ),
+            }
+            b
+        }
+    };
     cfg.upload_to = args.upload_to.clone();
     cfg.upload_keep_last = args.upload_keep_last;
     cfg.upload_max_mbps = args.upload_max_mbps;

@@ -339,7 +339,7 @@ fn zero_ranks_follow_on_save_error_and_the_snapshot_budget() {
         assert!(line.contains("checkpoint at step 12 "), "{line}");
         assert_eq!(assert_published_valid(&last), [5, 10]);
 
-        // A budget below what a background save holds: saves wait, same bytes.
+        // A budget below what a background save holds: training waits until it fits, same bytes.
         let big = |t: Trainer| ranks(t).arg("--hidden", 384).steps(10).save_every(5);
         let free = tmp.path().join(format!("free-{format}"));
         big(trainer(&free)).run_ok();
@@ -350,7 +350,7 @@ fn zero_ranks_follow_on_save_error_and_the_snapshot_budget() {
             .arg("--report", report.display())
             .run_ok();
         let r = read_report(&report);
-        assert_eq!(r["blocking_saves"], serde_json::json!([5, 10]), "{r}");
+        assert_eq!(r["throttled_saves"], serde_json::json!([5, 10]), "{r}");
         assert!(
             out.stderr.contains("snapshot memory budget"),
             "{}",

@@ -67,6 +67,7 @@ pub(crate) fn route_name(r: Option<SaveRoute>) -> &'static str {
     match r {
         Some(SaveRoute::Background) => "background",
         Some(SaveRoute::Blocking) => "blocking",
+        Some(SaveRoute::Throttled) => "throttled",
         None => "-",
     }
 }

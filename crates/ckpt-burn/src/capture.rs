@@ -299,8 +299,21 @@ impl<M: Module + 'static> FrozenState<M> {
     }
 
     /// A snapshot whose model and optimizer parts are encoded later, on the persist thread,
-    /// from the frozen clones. The capture time is recorded as the snapshot's stall.
+    /// from the frozen clones. The capture time is recorded as the snapshot's stall. The parts
+    /// declare what they hold ([`Snapshot::holding`]) for an optimizer record of the AdamW
+    /// size; see [`Self::into_snapshot_sized`].
     pub fn into_snapshot(self) -> Snapshot {
+        self.into_snapshot_sized(None)
+    }
+
+    /// [`Self::into_snapshot`] for an optimizer record of `optim_bytes` (the previous
+    /// checkpoint's; `None`: two moments per parameter). The model part holds the model's
+    /// bytes until written (training copies every updated tensor still held); the optimizer
+    /// part holds twice the record (Burn's `to_record` materializes it, and its `into_bytes`
+    /// encodes it into one more buffer: the public API has no streaming path).
+    pub fn into_snapshot_sized(self, optim_bytes: Option<u64>) -> Snapshot {
+        let model_bytes = self.model_bytes();
+        let optim_bytes = optim_bytes.unwrap_or(2 * model_bytes);
         let Self {
             model,
             optim,
@@ -325,7 +338,9 @@ impl<M: Module + 'static> FrozenState<M> {
         let snap = Snapshot::new(trainer.step)
             .with_epoch(trainer.epoch)
             .with_producer(MODEL_FILE, model_part)
+            .holding(model_bytes)
             .with_producer(OPTIM_FILE, optim_part)
+            .holding(2 * optim_bytes)
             .with_producer(SCHEDULER_FILE, sched_part)
             .with_bytes(TRAINER_FILE, trainer.to_bytes());
         snap.with_capture_time(capture_time + t0.elapsed())

@@ -244,6 +244,7 @@ pub struct Engine {
     slots: Slots,
     ready: VecDeque<Result<SaveEvent>>,
     metrics: EngineMetrics,
+    held: Arc<crate::held::HeldLedger>,
     _lock: RootLock,
 }
 
@@ -302,6 +303,7 @@ impl Engine {
             slots,
             ready: VecDeque::new(),
             metrics,
+            held: Arc::default(),
             _lock: lock,
         };
         Ok((engine, report))
@@ -320,6 +322,30 @@ impl Engine {
     /// Checkpoints queued or being written.
     pub fn in_flight(&self) -> usize {
         *self.slots.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes the parts of submitted, not yet written snapshots declare they hold
+    /// ([`Snapshot::holding`]); each part's share is given back once it is written or its
+    /// save failed.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.held()
+    }
+
+    /// Waits until [`Self::held_bytes`] is at most `limit`: what a trainer under a memory
+    /// budget does after submitting a save larger than the budget, so it resumes as soon as
+    /// the rest fits rather than after the whole save. Returns how long it waited; an error
+    /// if the persist thread is gone (its held parts would never be written).
+    pub fn wait_held_at_most(&self, limit: u64) -> Result<Duration> {
+        let t0 = Instant::now();
+        self.wake_worker();
+        while !self.held.wait_at_most(limit, Duration::from_millis(50)) {
+            if self.worker.as_ref().is_none_or(|w| w.is_finished()) {
+                return Err(Error::WorkerGone(
+                    "persist thread stopped with snapshot data still held".into(),
+                ));
+            }
+        }
+        Ok(t0.elapsed())
     }
 
     /// Current counters.
@@ -432,6 +458,12 @@ impl Engine {
         drop(n);
         let blocked = t0.elapsed();
         self.metrics.blocked_total += blocked;
+        let mut snapshot = snapshot;
+        for part in &mut snapshot.parts {
+            if part.holds > 0 {
+                part.guard = Some(self.held.hold(part.holds));
+            }
+        }
         let job = Job {
             stall: snapshot.capture_time + t0.elapsed(),
             snapshot,

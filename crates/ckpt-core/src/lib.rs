@@ -29,6 +29,7 @@ pub mod failpoints;
 #[allow(dead_code, unreachable_pub)]
 mod failpoints;
 mod frequency;
+mod held;
 mod latest;
 mod listing;
 mod lock;
@@ -58,6 +59,7 @@ pub use engine::{
 };
 pub use error::{Error, Result, Stage};
 pub use frequency::{FrequencyController, FrequencyPolicy};
+pub use held::{AUTO_BUDGET_FRACTION, auto_snapshot_budget};
 pub use latest::{read_latest, read_latest_in};
 pub use listing::{
     CheckpointInfo, CheckpointStatus, list_checkpoints, list_checkpoints_in, verify_root,

@@ -5,7 +5,8 @@
 //! A [`CheckpointSession`] owns:
 //! - the frequency ([`FrequencyController`]: fixed steps, seconds or an overhead budget);
 //! - memory-budget routing ([`MemoryGate`]: a save whose background peak would exceed the
-//!   budget is written while training waits);
+//!   budget still persists in the background, but training waits after submitting it until
+//!   what it still holds fits the budget);
 //! - backpressure accounting (skipped saves, time blocked for a slot, saves in flight);
 //! - the save-error policy ([`SaveErrorPolicy`]);
 //! - stop requests with a grace period, and the final save;
@@ -114,6 +115,18 @@ pub trait SaveTarget {
     fn blocked_total(&self) -> Duration {
         Duration::ZERO
     }
+    /// Bytes the saves in flight still hold, when the target counts them
+    /// ([`Engine::held_bytes`]); `None` otherwise (the gate then assumes each save in flight
+    /// holds all it declared).
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// Waits until the saves in flight hold at most `limit` bytes; `false` when the target
+    /// cannot tell (the session then waits for the saves to be durable instead).
+    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool, Self::Error> {
+        let _ = limit;
+        Ok(false)
+    }
 }
 
 impl SaveTarget for Engine {
@@ -130,6 +143,12 @@ impl SaveTarget for Engine {
     fn blocked_total(&self) -> Duration {
         self.metrics().blocked_total
     }
+    fn held_bytes(&self) -> Option<u64> {
+        Some(Engine::held_bytes(self))
+    }
+    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool, Error> {
+        Engine::wait_held_at_most(self, limit).map(|_| true)
+    }
 }
 
 /// Whether a save runs in the background or while training waits.
@@ -140,6 +159,9 @@ pub enum SaveRoute {
     Background,
     /// Submitted, then waited for before training continues (the same bytes).
     Blocking,
+    /// Submitted to the background, then training waited only until what the save still
+    /// holds fit the memory budget (the rest persists while training goes on).
+    Throttled,
 }
 
 /// Peak extra memory of one save, in bytes, by route.
@@ -152,12 +174,14 @@ pub struct SaveMemory {
 }
 
 /// Routes saves by a memory budget: a save goes to the background when its peak, plus what
-/// the saves still in flight hold, fits; otherwise it is written while training waits, and
-/// the first such fallback is a warning.
+/// the saves still in flight hold, fits; otherwise it is [`SaveRoute::Throttled`]: still
+/// persisted in the background, but training waits after the submit until what is held fits
+/// the budget (about the time to persist the excess). The first such save is a warning.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryGate {
     budget: Option<u64>,
     in_flight: usize,
+    held_now: Option<u64>,
     held_per_save: u64,
     previous_bytes: Option<u64>,
     fallbacks: u64,
@@ -187,37 +211,28 @@ impl MemoryGate {
         let Some(budget) = self.budget else {
             return SaveRoute::Background;
         };
-        let held = self.in_flight as u64 * self.held_per_save;
+        let held = self
+            .held_now
+            .unwrap_or(self.in_flight as u64 * self.held_per_save);
+        self.held_per_save = need.background;
         if held.saturating_add(need.background) <= budget {
-            self.held_per_save = need.background;
             return SaveRoute::Background;
         }
         self.fallbacks += 1;
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         // Said once; the report lists every such save, and the session sums them up.
         if self.fallbacks == 1 {
-            if need.blocking > budget {
-                tracing::warn!(
-                    step,
-                    "the snapshot memory budget ({:.0} MiB) is below what even a blocking save \
-                     needs ({:.0} MiB); saving while training waits, with the least memory \
-                     possible",
-                    mib(budget),
-                    mib(need.blocking)
-                );
-            } else {
-                tracing::warn!(
-                    step,
-                    "a background save would hold {:.0} MiB (plus {:.0} MiB held by saves in \
-                     flight), over the snapshot memory budget of {:.0} MiB: saving while \
-                     training waits (same bytes)",
-                    mib(need.background),
-                    mib(held),
-                    mib(budget)
-                );
-            }
+            tracing::warn!(
+                step,
+                "a background save would hold {:.0} MiB (plus {:.0} MiB held by saves in \
+                 flight), over the snapshot memory budget of {:.0} MiB: after submitting it, \
+                 training waits until what it still holds fits the budget",
+                mib(need.background),
+                mib(held),
+                mib(budget)
+            );
         }
-        SaveRoute::Blocking
+        SaveRoute::Throttled
     }
 }
 
@@ -375,9 +390,11 @@ pub struct SessionReport {
     pub saves: Vec<SaveRecord>,
     /// Checkpoints dropped because the pipeline was full (backpressure `skip`).
     pub skipped: u64,
-    /// Steps saved while training waited because a background save would have exceeded the
-    /// memory budget.
+    /// Steps saved while training waited for the whole save ([`SaveRoute::Blocking`]).
     pub blocking_saves: Vec<u64>,
+    /// Steps whose save would have exceeded the memory budget in the background: training
+    /// waited until what they still held fit ([`SaveRoute::Throttled`]).
+    pub throttled_saves: Vec<u64>,
     /// Checkpoints that failed (only under [`SaveErrorPolicy::Continue`]).
     pub failed_saves: Vec<FailedSave>,
     /// Total time saves waited for a free persist slot.
@@ -524,10 +541,13 @@ impl CheckpointSession {
         let mut sync_events = Vec::new();
         loop {
             self.gate.in_flight = target.in_flight();
+            self.gate.held_now = target.held_bytes();
             match capture(target, &mut self.gate) {
                 Ok(Submitted { outcome, route }) => {
-                    if route == SaveRoute::Blocking {
-                        self.report.blocking_saves.push(step);
+                    match route {
+                        SaveRoute::Blocking => self.report.blocking_saves.push(step),
+                        SaveRoute::Throttled => self.report.throttled_saves.push(step),
+                        SaveRoute::Background => {}
                     }
                     match outcome {
                         SubmitOutcome::Skipped { .. } if Some(step) == self.final_step => {
@@ -542,6 +562,12 @@ impl CheckpointSession {
                         SubmitOutcome::WrittenSync(ev) => sync_events.push(ev),
                         SubmitOutcome::Queued { .. } if route == SaveRoute::Blocking => {
                             sync_events.extend(self.drain(target, true).map_err(E::from)?);
+                        }
+                        SubmitOutcome::Queued { .. } if route == SaveRoute::Throttled => {
+                            let limit = self.gate.budget.unwrap_or(u64::MAX);
+                            if !target.wait_held_at_most(limit).map_err(E::from)? {
+                                sync_events.extend(self.drain(target, true).map_err(E::from)?);
+                            }
                         }
                         SubmitOutcome::Queued { .. } => {}
                     }
@@ -618,12 +644,12 @@ impl CheckpointSession {
             let evs = close(target)?;
             self.record(evs);
         }
-        if self.report.blocking_saves.len() > 1 {
+        if self.report.throttled_saves.len() > 1 {
             tracing::warn!(
-                "{} checkpoints were written while training waited, to stay within the \
-                 snapshot memory budget (steps {:?})",
-                self.report.blocking_saves.len(),
-                self.report.blocking_saves
+                "training waited after {} saves until what they held fit the snapshot memory \
+                 budget (steps {:?})",
+                self.report.throttled_saves.len(),
+                self.report.throttled_saves
             );
         }
         let mut report = self.report;
@@ -846,8 +872,16 @@ mod tests {
         };
         assert_eq!(g.route(need, 1), SaveRoute::Background);
         g.in_flight = 1;
-        assert_eq!(g.route(need, 2), SaveRoute::Blocking, "60 held + 60 > 100");
+        assert_eq!(g.route(need, 2), SaveRoute::Throttled, "60 held + 60 > 100");
         g.in_flight = 0;
         assert_eq!(g.route(need, 3), SaveRoute::Background);
+        // What the target counts wins over the estimate.
+        g.in_flight = 1;
+        g.held_now = Some(30);
+        assert_eq!(
+            g.route(need, 4),
+            SaveRoute::Background,
+            "30 still held + 60 fits"
+        );
     }
 }

@@ -82,6 +82,11 @@ pub struct Part {
     pub name: String,
     /// Its data.
     pub data: PartData,
+    /// Extra memory this part pins until it is written, in bytes (see
+    /// [`Snapshot::holding`]); 0 unless declared.
+    pub holds: u64,
+    /// Its share of the engine's held-memory ledger, given back when the part is dropped.
+    pub(crate) guard: Option<crate::held::HoldGuard>,
 }
 
 /// The state of a training run at one step boundary, ready to persist.
@@ -149,8 +154,27 @@ impl Snapshot {
         self.parts.push(Part {
             name: name.into(),
             data,
+            holds: 0,
+            guard: None,
         });
         self
+    }
+
+    /// Declares that the part added last pins `bytes` of extra memory until it is written
+    /// (held tensor handles that training would copy on update, a record the producer
+    /// materializes). The engine counts declared bytes until each part is written
+    /// ([`crate::Engine::held_bytes`]), which is what a trainer under a memory budget waits
+    /// on. No effect on an empty snapshot.
+    pub fn holding(mut self, bytes: u64) -> Self {
+        if let Some(p) = self.parts.last_mut() {
+            p.holds = bytes;
+        }
+        self
+    }
+
+    /// Bytes the parts declare they hold ([`Self::holding`]).
+    pub fn held_bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.holds).sum()
     }
 
     /// Adds an owned-bytes part.

@@ -380,3 +380,59 @@ fn replace_swaps_an_existing_checkpoint_atomically() {
     assert!(tmp_entries(root).is_empty());
     verify_root(root).unwrap();
 }
+
+/// A producer that writes `len` bytes once `go` says so.
+fn gated(len: usize, go: std::sync::mpsc::Receiver<()>) -> impl ckpt_core::PartProducer {
+    move |w: &mut dyn std::io::Write| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        go.recv()?;
+        w.write_all(&vec![3u8; len])?;
+        Ok(())
+    }
+}
+
+#[test]
+fn held_bytes_are_given_back_part_by_part_and_a_waiter_resumes_before_publication() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut e = open(tmp.path());
+    let (go_a, a) = std::sync::mpsc::channel();
+    let (go_b, b) = std::sync::mpsc::channel();
+    let s = Snapshot::new(1)
+        .with_producer("a.bin", gated(1000, a))
+        .holding(700)
+        .with_producer("b.bin", gated(10, b))
+        .holding(200);
+    assert_eq!(s.held_bytes(), 900);
+    e.submit(s).unwrap();
+    assert_eq!(e.held_bytes(), 900);
+    go_a.send(()).unwrap();
+    // Part a written: 200 still held, below a 500-byte budget; b not written, nothing published.
+    e.wait_held_at_most(500).unwrap();
+    assert_eq!(e.held_bytes(), 200);
+    assert_eq!(e.in_flight(), 1);
+    assert!(ckpt_core::read_latest(tmp.path()).unwrap().is_none());
+    go_b.send(()).unwrap();
+    e.wait_held_at_most(0).unwrap();
+    let evs = e.wait_idle().unwrap();
+    assert_eq!(evs.len(), 1);
+    assert_eq!(e.held_bytes(), 0);
+    e.finish().unwrap();
+}
+
+#[test]
+fn a_failed_save_gives_its_held_bytes_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut e = open(tmp.path());
+    let (go, rx) = std::sync::mpsc::channel::<()>();
+    drop(go); // the producer fails at once
+    e.submit(
+        Snapshot::new(1)
+            .with_producer("a.bin", gated(10, rx))
+            .holding(100)
+            .with_bytes("b.bin", vec![1; 10])
+            .holding(50),
+    )
+    .unwrap();
+    e.wait_held_at_most(0).unwrap();
+    assert!(e.wait_idle().is_err());
+    assert_eq!(e.held_bytes(), 0);
+}

@@ -197,16 +197,18 @@ impl TrainState {
 
     /// A save within a memory budget of `budget` bytes, as the trainer takes it under
     /// `--snapshot-budget-mb`: in the background when its peak fits
-    /// ([`ckpt_core::MemoryGate::route`]), else submitted and waited for. Returns the stall
-    /// and the route taken.
+    /// ([`ckpt_core::MemoryGate::route`]), else submitted and waited for until what it still
+    /// holds fits the budget. Returns the stall and the route taken.
     pub fn save_within(&self, engine: &mut Engine, budget: u64) -> Result<(Duration, SaveRoute)> {
         let t0 = Instant::now();
         let frozen = FrozenState::capture(&self.model, &self.optim, &self.sched, self.trainer());
         let route = ckpt_core::MemoryGate::new(Some(budget))
             .route(frozen.memory(None), self.trainer().step);
         engine.submit(frozen.into_snapshot())?;
-        if route == SaveRoute::Blocking {
-            engine.wait_idle()?;
+        match route {
+            SaveRoute::Blocking => drop(engine.wait_idle()?),
+            SaveRoute::Throttled => drop(engine.wait_held_at_most(budget)?),
+            SaveRoute::Background => {}
         }
         Ok((t0.elapsed(), route))
     }

@@ -240,9 +240,11 @@ pub struct DemoReport {
     pub save_mode: Option<SaveMode>,
     /// Checkpoints dropped by the `skip` backpressure policy.
     pub skipped: u64,
-    /// Steps saved blocking (the trainer waited for the persist) because a background save
-    /// would have exceeded `snapshot_budget`.
+    /// Steps saved blocking (`--save-mode sync`: the trainer waited for the whole persist).
     pub blocking_saves: Vec<u64>,
+    /// Steps whose background save would have exceeded `snapshot_budget`: the trainer waited
+    /// after submitting them until what they still held fit.
+    pub throttled_saves: Vec<u64>,
     /// Checkpoints that failed to persist (only under [`SaveErrorPolicy::Continue`]).
     pub failed_saves: Vec<FailedSave>,
     /// Total time saves waited for a free persist slot (backpressure `block`).
@@ -280,6 +282,7 @@ impl DemoReport {
         self.saves = s.saves;
         self.skipped = s.skipped;
         self.blocking_saves = s.blocking_saves;
+        self.throttled_saves = s.throttled_saves;
         self.failed_saves = s.failed_saves;
         self.blocked_ms = s.blocked_ms;
         self.max_in_flight_seen = s.max_in_flight_seen;
@@ -447,7 +450,7 @@ fn capture(
             let model_bytes = frozen.model_bytes();
             let optim_bytes = gate.previous_bytes().map(|b| b.saturating_sub(model_bytes));
             let route = gate.route(frozen.memory(optim_bytes), trainer.step);
-            let outcome = e.submit(frozen.into_snapshot())?;
+            let outcome = e.submit(frozen.into_snapshot_sized(optim_bytes))?;
             Ok(Submitted { outcome, route })
         }
         Target::Burn(b) => {
