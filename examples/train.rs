@@ -514,6 +514,15 @@ fn conclude(
             report.blocked_ms
         ));
     }
+    if !report.saves.is_empty() {
+        // Stalls, slower steps after each save, and the wait at the end (the report's `lost`).
+        pressure.push_str(&format!(
+            ", training time lost to checkpoints {:.2} s (of it {:.2} s waiting for the last \
+             save at the end)",
+            report.lost.total_ms / 1e3,
+            report.lost.final_wait_ms / 1e3
+        ));
+    }
     eprintln!(
         "done: steps {}..{} in {:.1}s, {} checkpoints, total stall {:.2} ms{pressure}{}",
         report.start_step,

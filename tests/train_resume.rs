@@ -268,6 +268,32 @@ fn async_and_sync_write_identical_bytes_from_the_same_init() {
     }
     assert_eq!(ra["saves"].as_array().unwrap().len(), 3);
     assert_eq!(rb["saves"].as_array().unwrap().len(), 3);
+    // The report's lost time counts every stall (all of a sync save is stall) and the wait
+    // for the saves still in flight at the end.
+    for r in [&ra, &rb] {
+        let lost = &r["lost"];
+        let stalls: f64 = r["saves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["stall_ms"].as_f64().unwrap())
+            .sum();
+        let (during, wait, total) = (
+            lost["during_training_ms"].as_f64().unwrap(),
+            lost["final_wait_ms"].as_f64().unwrap(),
+            lost["total_ms"].as_f64().unwrap(),
+        );
+        assert!(during >= 0.999 * stalls, "{lost} < stalls {stalls}");
+        assert!((total - during - wait).abs() < 1e-6, "{lost}");
+        let per = lost["per_save_ms"].as_f64().unwrap();
+        assert!((per * 3.0 - total).abs() < 1e-6, "{lost}");
+    }
+    // Persists slowed by 100 ms: the async run's last save is still in flight at the end.
+    assert!(
+        ra["lost"]["final_wait_ms"].as_f64().unwrap() > 50.0,
+        "{}",
+        ra["lost"]
+    );
     // --init-from took the model, ParamIds included: a run without it differs.
     let plain = tmp.path().join("plain");
     train_ok(&plain, &[("steps", s(6))]);

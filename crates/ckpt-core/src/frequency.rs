@@ -263,6 +263,36 @@ impl FrequencyController {
         self.cost_at(self.baseline()?)
     }
 
+    /// What checkpoints have cost the training loop so far, in seconds, with the baseline step
+    /// time it is measured against: every save's stall plus the excess over the baseline of
+    /// the steps in its window, the window still open included. Without a baseline yet (no
+    /// step outside a save's window) only the stalls are counted.
+    pub fn lost(&self) -> (Option<f64>, f64) {
+        self.lost_with_samples().0
+    }
+
+    /// [`Self::lost`] and how many steps the baseline comes from (few, early steps make it
+    /// too high: the warm-up is slow).
+    pub fn lost_with_samples(&self) -> ((Option<f64>, f64), usize) {
+        (self.lost_inner(), self.clean.len())
+    }
+
+    fn lost_inner(&self) -> (Option<f64>, f64) {
+        let base = self.baseline();
+        let open = self.window.map_or(0.0, |w| {
+            let stall = w.stall.unwrap_or(0.0);
+            match base {
+                Some(b) => Window {
+                    stall: Some(stall),
+                    ..w
+                }
+                .cost(b),
+                None => stall,
+            }
+        });
+        (base, self.spent_at(base) + open)
+    }
+
     /// Training time so far and the part of it checkpoints cost (measured), in seconds.
     pub fn spent(&self) -> (f64, f64) {
         (self.elapsed, self.spent_at(self.baseline()))
@@ -341,16 +371,26 @@ impl FrequencyController {
         }
     }
 
-    /// Records that a save was taken at `step`, time `now`; under a budget this opens the
-    /// window in which the save's cost is measured.
+    /// [`Self::saved`] for a save whose stall on the training thread is already known (the
+    /// session times it): the stall is booked to this save's window at once, not to whichever
+    /// window is open when the save's event arrives.
+    pub fn saved_after_stall(&mut self, step: u64, now: Duration, stall: Duration) {
+        self.saved(step, now);
+        if let Some(w) = self.window.as_mut() {
+            w.stall = Some(stall.as_secs_f64());
+        }
+    }
+
+    /// Records that a save was taken at `step`, time `now`; this opens the window in which
+    /// the save's cost is measured (the stall arrives with [`Self::observe_save`]).
     pub fn saved(&mut self, step: u64, now: Duration) {
         self.last_save_step = Some(step);
         self.last_save_at = Some(now);
-        if matches!(self.policy, FrequencyPolicy::OverheadBudget { .. }) {
-            self.close_window();
-            self.window = Some(Window::default());
-            self.clean_run = 0;
-        }
+        // Every policy measures what its saves cost (reported as lost time); only the budget
+        // policy decides by it.
+        self.close_window();
+        self.window = Some(Window::default());
+        self.clean_run = 0;
     }
 }
 

@@ -71,9 +71,9 @@ pub use naming::{LATEST_FILE, LOCK_FILE, REWOUND_PREFIX, checkpoint_dir_name, pa
 pub use recovery::{RecoveryReport, garbage_collect, garbage_collect_in, recover, recover_in};
 pub use retention::{Retention, prune, prune_in};
 pub use session::{
-    Boundary, CheckpointSession, FailedSave, MemoryGate, Proposal, SaveErrorPolicy, SaveFailure,
-    SaveMemory, SaveRecord, SaveRoute, SaveTarget, SessionConfig, SessionReport, StopOutcome,
-    StopReport, Submitted,
+    Boundary, CheckpointSession, FailedSave, LostTime, MemoryGate, Proposal, SaveErrorPolicy,
+    SaveFailure, SaveMemory, SaveRecord, SaveRoute, SaveTarget, SessionConfig, SessionReport,
+    StopOutcome, StopReport, Submitted,
 };
 pub use snapshot::{Part, PartData, PartProducer, Snapshot};
 pub use staging::{StagingBuf, StagingError, StagingPool, StagingStats};

@@ -405,6 +405,31 @@ pub struct SessionReport {
     pub interval: Option<u64>,
     /// Set when a stop request ended the run early.
     pub stopped: Option<StopReport>,
+    /// The training time checkpoints cost, as measured.
+    pub lost: LostTime,
+}
+
+/// The training time checkpoints cost a run, as the frequency controller measured it (for
+/// every frequency policy): the stall of each save plus the excess over the baseline step
+/// time of every following step until shortly after the save is durable, and the wait at the
+/// end for saves still in flight, which have no training left to overlap with.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LostTime {
+    /// The baseline: the lower quartile of the step times outside any save's window, in ms
+    /// (`None`: every step was inside one, so only stalls are counted).
+    pub baseline_step_ms: Option<f64>,
+    /// How many steps the baseline comes from. A handful of early steps (a short run whose
+    /// saves overlap most steps) makes it too high, because warm-up steps are slow: then
+    /// `during_training_ms` undercounts and a run without checkpoints is the better reference.
+    pub baseline_steps: usize,
+    /// Stalls plus the steps' excess over the baseline, in ms.
+    pub during_training_ms: f64,
+    /// The wait in `finish` for the saves still in flight, in ms.
+    pub final_wait_ms: f64,
+    /// `during_training_ms + final_wait_ms`.
+    pub total_ms: f64,
+    /// `total_ms` over the checkpoints published.
+    pub per_save_ms: Option<f64>,
 }
 
 /// The per-step checkpoint decision and its policies for one training run. See the module
@@ -584,9 +609,11 @@ impl CheckpointSession {
             }
         }
         self.report.max_in_flight_seen = self.report.max_in_flight_seen.max(target.in_flight());
-        self.stalls.insert(step, t0.elapsed());
+        let stall = t0.elapsed();
+        self.stalls.insert(step, stall);
         self.last_saved = Some(step);
-        self.ctrl.saved(step, self.started.elapsed());
+        self.ctrl
+            .saved_after_stall(step, self.started.elapsed(), stall);
         self.record(sync_events);
         Ok(())
     }
@@ -612,6 +639,7 @@ impl CheckpointSession {
     where
         T: SaveTarget + Send + 'static,
     {
+        let t_finish = Instant::now();
         let mut outcome = if self.cfg.enabled {
             StopOutcome::Saved
         } else {
@@ -652,7 +680,18 @@ impl CheckpointSession {
                 self.report.throttled_saves
             );
         }
+        let ((base, during), baseline_steps) = self.ctrl.lost_with_samples();
+        let final_wait = t_finish.elapsed().as_secs_f64();
         let mut report = self.report;
+        let total = (during + final_wait) * 1e3;
+        report.lost = LostTime {
+            baseline_step_ms: base.map(|b| b * 1e3),
+            baseline_steps,
+            during_training_ms: during * 1e3,
+            final_wait_ms: final_wait * 1e3,
+            total_ms: total,
+            per_save_ms: (!report.saves.is_empty()).then(|| total / report.saves.len() as f64),
+        };
         report.saves.sort_by_key(|s| s.step);
         report.interval = self.ctrl.interval();
         report.stopped = self.stopped_at.map(|(step, t)| StopReport {

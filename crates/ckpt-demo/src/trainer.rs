@@ -257,6 +257,9 @@ pub struct DemoReport {
     pub backpressure: Option<Backpressure>,
     /// Set when a stop request ended the run early.
     pub stopped: Option<StopReport>,
+    /// The training time checkpoints cost (stalls, slower steps after each save, the final
+    /// wait), as the session measured it.
+    pub lost: ckpt_core::LostTime,
 }
 
 /// Progress information passed to the callback after every step.
@@ -288,6 +291,7 @@ impl DemoReport {
         self.max_in_flight_seen = s.max_in_flight_seen;
         self.interval = s.interval;
         self.stopped = s.stopped;
+        self.lost = s.lost;
     }
 }
 
