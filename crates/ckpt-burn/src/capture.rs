@@ -130,14 +130,17 @@ pub(crate) fn write_model<M: Module>(
 
 /// Streams `optim`'s record into `sink` in the canonical (name-sorted) layout. Burn's
 /// `OptimizerRecord` is the only public view of optimizer state and materializes it whole;
-/// `optim` is dropped right after, and the record is encoded once and streamed out.
+/// it is encoded once (`into_bytes`) and streamed out. `optim` is dropped only once those
+/// bytes are read: on CubeCL the record's data are lazy device reads, and a handle released
+/// earlier lets the next optimizer update write in place into a buffer the record still has
+/// to read.
 pub(crate) fn write_optimizer(
     optim: ModuleOptimizer,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    let record = optim.to_record();
+    let bytes = optim.to_record().into_bytes()?;
     drop(optim);
-    let reader = burn_pack::Reader::from_bytes(record.into_bytes()?)?;
+    let reader = burn_pack::Reader::from_bytes(bytes)?;
     let metadata = reader.metadata().clone();
     let scalars = reader.scalars().clone();
     // The reader lists tensors by name: the canonical order.

@@ -597,4 +597,11 @@ impl ckpt_core::SaveTarget for &Collector {
     fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
         Collector::wait_idle(self)
     }
+    // Burn's checkpointers hand over records, not snapshots: nothing declares what it holds.
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
+        Ok(false)
+    }
 }

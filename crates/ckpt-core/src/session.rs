@@ -117,16 +117,11 @@ pub trait SaveTarget {
     }
     /// Bytes the saves in flight still hold, when the target counts them
     /// ([`Engine::held_bytes`]); `None` otherwise (the gate then assumes each save in flight
-    /// holds all it declared).
-    fn held_bytes(&self) -> Option<u64> {
-        None
-    }
+    /// holds all it declared). Required, so a wrapper cannot silently lose the count.
+    fn held_bytes(&self) -> Option<u64>;
     /// Waits until the saves in flight hold at most `limit` bytes; `false` when the target
-    /// cannot tell (the session then waits for the saves to be durable instead).
-    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool, Self::Error> {
-        let _ = limit;
-        Ok(false)
-    }
+    /// cannot tell (the session then waits for the saves to be durable instead, and says so).
+    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool, Self::Error>;
 }
 
 impl SaveTarget for Engine {
@@ -591,6 +586,14 @@ impl CheckpointSession {
                         SubmitOutcome::Queued { .. } if route == SaveRoute::Throttled => {
                             let limit = self.gate.budget.unwrap_or(u64::MAX);
                             if !target.wait_held_at_most(limit).map_err(E::from)? {
+                                if self.report.throttled_saves.len() == 1 {
+                                    tracing::warn!(
+                                        step,
+                                        "this checkpoint target does not count the memory its \
+                                         saves hold: training waits for each save over the \
+                                         budget to be durable"
+                                    );
+                                }
                                 sync_events.extend(self.drain(target, true).map_err(E::from)?);
                             }
                         }
@@ -778,6 +781,12 @@ mod tests {
 
     impl SaveTarget for Fake {
         type Error = Error;
+        fn held_bytes(&self) -> Option<u64> {
+            None
+        }
+        fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool, Error> {
+            Ok(false)
+        }
         fn in_flight(&self) -> usize {
             self.queued.len()
         }

@@ -409,6 +409,18 @@ impl ckpt_core::SaveTarget for Target {
             Target::Burn(_) | Target::Off => Duration::ZERO,
         }
     }
+    fn held_bytes(&self) -> Option<u64> {
+        match self {
+            Target::Engine(e, _) => Some(e.held_bytes()),
+            Target::Burn(_) | Target::Off => None,
+        }
+    }
+    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool> {
+        match self {
+            Target::Engine(e, _) => Ok(e.wait_held_at_most(limit).map(|_| true)?),
+            Target::Burn(_) | Target::Off => Ok(false),
+        }
+    }
 }
 
 impl Target {

@@ -411,6 +411,13 @@ impl SaveTarget for RankTarget {
     fn blocked_total(&self) -> Duration {
         self.saver.blocked_total()
     }
+    // Shards are written by every rank; their held memory is not counted.
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 impl RankTarget {
@@ -437,5 +444,11 @@ impl SaveTarget for NoSaver {
     }
     fn wait_idle(&mut self) -> ckpt_zero::Result<Vec<ckpt_core::SaveEvent>> {
         Ok(Vec::new())
+    }
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+    fn wait_held_at_most(&mut self, _limit: u64) -> ckpt_zero::Result<bool> {
+        Ok(false)
     }
 }

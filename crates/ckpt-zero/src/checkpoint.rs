@@ -392,6 +392,13 @@ impl<M: Module + 'static> ckpt_core::SaveTarget for ShardedSaver<M> {
     fn blocked_total(&self) -> Duration {
         self.blocked
     }
+    // The shard jobs are moved to the checkpoint thread whole; their memory is not counted.
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 impl<M> Drop for ShardedSaver<M> {
