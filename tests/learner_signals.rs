@@ -18,6 +18,7 @@ use burn_ckpt::ckpt_burn::stop::StopOnSignal;
 use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
 use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
+use test_support::fs::{At, flip_byte, step_dir, verified_steps};
 use test_support::tiny::{Sample, Tiny, TinyBatcher, data, learner};
 
 /// Environment variable: run the Burn program on this directory, with this many epochs.
@@ -183,12 +184,27 @@ fn child_entry() {
     std::process::exit(0);
 }
 
-fn steps(root: &Path) -> Vec<u64> {
-    ckpt_core::list_checkpoints(root, true)
-        .unwrap()
-        .iter()
-        .map(|c| c.step)
-        .collect()
+/// Runs this test binary's [`child_entry`] on `dir` for `epochs` epochs, with `env` set, to
+/// its end.
+fn run_child(dir: &Path, epochs: usize, env: &[(&str, String)]) -> std::process::Output {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{}|{epochs}", dir.display()))
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// The model, optimizer and scheduler files of `step` are the same bytes under roots `a` and
+/// `b`; `context` says which run `b` is.
+fn assert_same_records(a: &Path, b: &Path, step: u64, context: &str) {
+    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
+        let x = std::fs::read(step_dir(a, step).join(f)).unwrap();
+        let y = std::fs::read(step_dir(b, step).join(f)).unwrap();
+        assert!(x == y, "{f} at step {step} differs {context}");
+    }
 }
 
 #[test]
@@ -224,7 +240,7 @@ fn sigterm_stops_the_learner_with_a_durable_final_checkpoint_that_resumes_exactl
 
     // The final checkpoint is the newest, durable and valid, written at the step boundary
     // where training stopped (not an epoch end), and `latest` names it.
-    let list = steps(&root);
+    let list = verified_steps(&root);
     let last = *list.last().unwrap();
     assert!(last < 4000, "stopped long before the end: {list:?}");
     let m = ckpt_core::verify_checkpoint(&root.join(checkpoint_dir_name(last))).unwrap();
@@ -244,15 +260,12 @@ fn sigterm_stops_the_learner_with_a_durable_final_checkpoint_that_resumes_exactl
     let (full, _) = program(&base, epochs, false);
     assert!(full.error.is_none(), "{:?}", full.error);
     let end = 4 * epochs as u64;
-    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
-        let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(end)).join(f)).unwrap();
-        let b = std::fs::read(root.join(checkpoint_dir_name(end)).join(f)).unwrap();
-        assert!(
-            a == b,
-            "{f} at step {end} differs after a stop at step {last} (epoch {epoch}, complete \
-             {complete})"
-        );
-    }
+    assert_same_records(
+        &base.join("ckpt"),
+        &root,
+        end,
+        &format!("after a stop at step {last} (epoch {epoch}, complete {complete})"),
+    );
 }
 
 #[test]
@@ -264,20 +277,14 @@ fn a_real_abort_at_three_points_resumes_exactly() {
     // Just after step 3 (mid-epoch 1), step 6 (mid-epoch 2) and step 8 (the end of epoch 2).
     for at in [3, 6, 8] {
         let dir = tmp.path().join(format!("abort-{at}"));
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD, format!("{}|3", dir.display()))
-            .env(ABORT_AT, at.to_string())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = run_child(&dir, 3, &[(ABORT_AT, at.to_string())]);
         assert!(
             !out.status.success() && out.status.code().is_none(),
             "the child must die by abort after step {at}: {:?}",
             out.status
         );
         let root = dir.join("ckpt");
-        let before = steps(&root);
+        let before = verified_steps(&root);
         eprintln!("abort after step {at}: resuming with checkpoints {before:?}");
         assert!(before.contains(&at), "{before:?}");
         let (resumed, _) = program(&dir, 3, false);
@@ -286,14 +293,12 @@ fn a_real_abort_at_three_points_resumes_exactly() {
             "abort at {at}: {:?}",
             resumed.error
         );
-        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
-            let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(12)).join(f)).unwrap();
-            let b = std::fs::read(root.join(checkpoint_dir_name(12)).join(f)).unwrap();
-            assert!(
-                a == b,
-                "{f} differs after an abort after step {at} (checkpoints then: {before:?})"
-            );
-        }
+        assert_same_records(
+            &base.join("ckpt"),
+            &root,
+            12,
+            &format!("after an abort after step {at} (checkpoints then: {before:?})"),
+        );
     }
 }
 
@@ -308,14 +313,7 @@ fn a_real_abort_on_wgpu_resumes_exactly() {
     let (full, _) = program_on(wgpu(), &base, 3, false);
     assert!(full.error.is_none(), "{:?}", full.error);
     let dir = tmp.path().join("abort");
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, format!("{}|3", dir.display()))
-        .env(ABORT_AT, "6")
-        .env(ON_WGPU, "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = run_child(&dir, 3, &[(ABORT_AT, "6".into()), (ON_WGPU, "1".into())]);
     assert!(
         out.status.code().is_none(),
         "the child must die by abort: {:?}\n{}",
@@ -323,18 +321,16 @@ fn a_real_abort_on_wgpu_resumes_exactly() {
         String::from_utf8_lossy(&out.stderr)
     );
     let root = dir.join("ckpt");
-    let before = steps(&root);
+    let before = verified_steps(&root);
     assert!(before.contains(&6), "{before:?}");
     let (resumed, _) = program_on(wgpu(), &dir, 3, false);
     assert!(resumed.error.is_none(), "{:?}", resumed.error);
-    for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
-        let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(12)).join(f)).unwrap();
-        let b = std::fs::read(root.join(checkpoint_dir_name(12)).join(f)).unwrap();
-        assert!(
-            a == b,
-            "wgpu: {f} differs after an abort (checkpoints then: {before:?})"
-        );
-    }
+    assert_same_records(
+        &base.join("ckpt"),
+        &root,
+        12,
+        &format!("on wgpu after an abort (checkpoints then: {before:?})"),
+    );
 }
 
 /// `ZeroTrainingStrategy` with 2 ranks, a shuffled loader and dropout: a real abort just after
@@ -346,17 +342,10 @@ fn two_zero_ranks_abort_at_three_points_and_resume_exactly() {
     let base = tmp.path().join("base");
     let full = zero_program(&base, 3);
     assert!(full.error.is_none(), "{:?}", full.error);
-    assert_eq!(steps(&base.join("ckpt")), vec![2, 4, 6, 8, 10, 12]);
+    assert_eq!(verified_steps(&base.join("ckpt")), vec![2, 4, 6, 8, 10, 12]);
     for at in [2, 6, 8] {
         let dir = tmp.path().join(format!("abort-{at}"));
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD, format!("{}|3", dir.display()))
-            .env(ABORT_AT, at.to_string())
-            .env(ZERO, "1")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = run_child(&dir, 3, &[(ABORT_AT, at.to_string()), (ZERO, "1".into())]);
         assert!(
             out.status.code().is_none(),
             "the child must die by abort after step {at}: {:?}\n{}",
@@ -364,7 +353,7 @@ fn two_zero_ranks_abort_at_three_points_and_resume_exactly() {
             String::from_utf8_lossy(&out.stderr)
         );
         let root = dir.join("ckpt");
-        let before = steps(&root);
+        let before = verified_steps(&root);
         eprintln!("zero: abort after step {at}: resuming with checkpoints {before:?}");
         assert!(before.contains(&at) && !before.contains(&12), "{before:?}");
         let resumed = zero_program(&dir, 3);
@@ -373,14 +362,14 @@ fn two_zero_ranks_abort_at_three_points_and_resume_exactly() {
             "abort at {at}: {:?}",
             resumed.error
         );
-        for f in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE] {
-            let a = std::fs::read(base.join("ckpt").join(checkpoint_dir_name(12)).join(f)).unwrap();
-            let b = std::fs::read(root.join(checkpoint_dir_name(12)).join(f)).unwrap();
-            assert!(
-                a == b,
-                "zero: {f} differs after an abort after step {at} (checkpoints then: {before:?})"
-            );
-        }
+        assert_same_records(
+            &base.join("ckpt"),
+            &root,
+            12,
+            &format!(
+                "on 2 ZeRO ranks after an abort after step {at} (checkpoints then: {before:?})"
+            ),
+        );
     }
 }
 
@@ -394,19 +383,9 @@ fn what_recovery_did_reaches_burns_experiment_log() {
     let (first, _) = program(&dir, 1, false);
     assert!(first.error.is_none(), "{:?}", first.error);
     let root = dir.join("ckpt");
-    let newest = *steps(&root).last().unwrap();
-    let model = root.join(checkpoint_dir_name(newest)).join(MODEL_FILE);
-    let mut bytes = std::fs::read(&model).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x40;
-    std::fs::write(&model, bytes).unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, format!("{}|2", dir.display()))
-        .env(LOGGED, "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let newest = *verified_steps(&root).last().unwrap();
+    flip_byte(&step_dir(&root, newest).join(MODEL_FILE), At::Middle, 0x40);
+    let out = run_child(&dir, 2, &[(LOGGED, "1".into())]);
     assert!(
         out.status.success(),
         "{:?}\n{}",

@@ -18,6 +18,7 @@ use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
 use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
 use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
+use test_support::fs::{rewound_entries, verified_steps};
 use test_support::tiny::{Tiny, learner, loaders};
 
 /// One `launch` through the ckpt checkpointers; returns the result after `finish`.
@@ -305,25 +306,6 @@ fn a_checkpoint_the_strategy_cannot_resume_from_is_an_error_naming_it() {
     assert_eq!(read(&root, 3, MODEL_FILE), m3);
 }
 
-fn steps(root: &Path) -> Vec<u64> {
-    ckpt_core::list_checkpoints(root, true)
-        .unwrap()
-        .iter()
-        .map(|c| c.step)
-        .collect()
-}
-
-fn rewound(root: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(root)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(ckpt_core::REWOUND_PREFIX))
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn a_fresh_run_in_a_used_root_is_refused_before_training_and_overwrite_moves_the_old_run_aside() {
     let tmp = tempfile::tempdir().unwrap();
@@ -346,7 +328,11 @@ fn a_fresh_run_in_a_used_root_is_refused_before_training_and_overwrite_moves_the
         err.contains("resume_latest") && err.contains("overwrite(true)"),
         "{err}"
     );
-    assert_eq!(steps(&root), [3, 4, 6, 8], "the old run is untouched");
+    assert_eq!(
+        verified_steps(&root),
+        [3, 4, 6, 8],
+        "the old run is untouched"
+    );
     assert_eq!(read(&root, 8, MODEL_FILE), m8);
     assert_eq!(
         ckpt_core::read_latest(&root).unwrap().as_deref(),
@@ -357,12 +343,12 @@ fn a_fresh_run_in_a_used_root_is_refused_before_training_and_overwrite_moves_the
     // new run's newest checkpoint, never the old run's.
     let over = train_steps_with(tmp.path(), 1, 3, How::Overwrite);
     assert!(over.error.is_none(), "{:?}", over.error);
-    assert_eq!(steps(&root), [3, 4]);
+    assert_eq!(verified_steps(&root), [3, 4]);
     assert_eq!(
         ckpt_core::read_latest(&root).unwrap().as_deref(),
         Some("step-00000004")
     );
-    let aside = rewound(&root);
+    let aside = rewound_entries(&root);
     assert_eq!(aside.len(), 4, "{aside:?}");
     assert!(aside[3].starts_with(".rewound-step-00000008-"), "{aside:?}");
 }
@@ -372,24 +358,24 @@ fn resuming_from_an_older_step_rewinds_the_later_timeline() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("ckpt");
     assert!(train_steps(tmp.path(), 2, 3, None).error.is_none());
-    assert_eq!(steps(&root), [3, 4, 6, 8]);
+    assert_eq!(verified_steps(&root), [3, 4, 6, 8]);
 
     // Resume from step 4 (the end of epoch 1) with 1 epoch: nothing is left to train, and the
     // checkpoints after step 4 belong to a timeline this run abandoned.
     let r = train_steps(tmp.path(), 1, 3, Some(4));
     assert!(r.error.is_none(), "{:?}", r.error);
-    assert_eq!(steps(&root), [3, 4]);
+    assert_eq!(verified_steps(&root), [3, 4]);
     assert_eq!(
         ckpt_core::read_latest(&root).unwrap().as_deref(),
         Some("step-00000004")
     );
-    let aside = rewound(&root);
+    let aside = rewound_entries(&root);
     assert_eq!(aside.len(), 2, "{aside:?}");
     assert!(aside[0].starts_with(".rewound-step-00000006-"), "{aside:?}");
     // A later resume_latest() continues the current timeline.
     let again = train_steps_with(tmp.path(), 2, 3, How::Latest);
     assert!(again.error.is_none(), "{:?}", again.error);
-    assert_eq!(steps(&root), [3, 4, 6, 8]);
+    assert_eq!(verified_steps(&root), [3, 4, 6, 8]);
 }
 
 #[test]
@@ -399,7 +385,7 @@ fn resume_latest_needs_no_step_and_resumes_exactly() {
     // On an empty root it is a fresh start.
     let full = train_steps_with(tmp.path(), 2, 3, How::Latest);
     assert!(full.error.is_none(), "{:?}", full.error);
-    assert_eq!(steps(&root), [3, 4, 6, 8]);
+    assert_eq!(verified_steps(&root), [3, 4, 6, 8]);
     let want: Vec<Vec<u8>> = [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE]
         .iter()
         .map(|f| read(&root, 8, f))
@@ -409,14 +395,14 @@ fn resume_latest_needs_no_step_and_resumes_exactly() {
     std::fs::remove_dir_all(root.join(checkpoint_dir_name(8))).unwrap();
     let resumed = train_steps_with(tmp.path(), 2, 3, How::Latest);
     assert!(resumed.error.is_none(), "{:?}", resumed.error);
-    assert_eq!(steps(&root), [3, 4, 6, 8]);
+    assert_eq!(verified_steps(&root), [3, 4, 6, 8]);
     for (f, want) in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE].iter().zip(want) {
         assert!(
             read(&root, 8, f) == want,
             "{f} differs from the uninterrupted run"
         );
     }
-    assert!(rewound(&root).is_empty());
+    assert!(rewound_entries(&root).is_empty());
 }
 
 #[test]
@@ -444,7 +430,7 @@ fn a_checkpoint_number_naming_no_checkpoint_says_so() {
 /// died right after publishing `step`.
 fn crashed_copy(from: &Path, to: &Path, step: u64) {
     std::fs::create_dir_all(to).unwrap();
-    for s in steps(from).into_iter().filter(|s| *s <= step) {
+    for s in verified_steps(from).into_iter().filter(|s| *s <= step) {
         let (a, b) = (
             from.join(checkpoint_dir_name(s)),
             to.join(checkpoint_dir_name(s)),
@@ -479,7 +465,7 @@ fn a_shuffled_loader_and_dropout_resume_exactly_at_any_point() {
     let r = train_steps_full(&full, 3, 3, How::Fresh, Some(random));
     assert!(r.error.is_none(), "{:?}", r.error);
     let root = full.join("ckpt");
-    assert_eq!(steps(&root), [3, 4, 6, 8, 9, 12]);
+    assert_eq!(verified_steps(&root), [3, 4, 6, 8, 9, 12]);
 
     // Mid-epoch 1, mid-epoch 2, right after the end of epoch 2, mid-epoch 3.
     for k in [3, 6, 8, 9] {

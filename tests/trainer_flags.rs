@@ -71,15 +71,7 @@ fn a_fresh_run_in_a_used_dir_is_refused_before_training_and_fresh_starts_over() 
         burn_ckpt::ckpt_core::read_latest(&dir).unwrap().as_deref(),
         Some("step-00000006")
     );
-    let aside = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(".rewound-step-")
-        })
-        .count();
+    let aside = test_support::fs::rewound_entries(&dir).len();
     assert_eq!(aside, 3);
     let resumed = trainer(&dir)
         .steps(8)

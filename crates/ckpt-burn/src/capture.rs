@@ -140,6 +140,15 @@ pub(crate) fn write_optimizer(
 ) -> std::result::Result<u64, BoxError> {
     let bytes = optim.to_record().into_bytes()?;
     drop(optim);
+    write_canonical_optimizer(bytes, sink)
+}
+
+/// Streams Burn-encoded optimizer-record bytes (tensors in Burn's `HashMap` order) into `sink`
+/// in the canonical (name-sorted) layout, without another buffer of the whole record.
+pub(crate) fn write_canonical_optimizer(
+    bytes: burn::tensor::Bytes,
+    sink: &mut dyn Write,
+) -> std::result::Result<u64, BoxError> {
     let reader = burn_pack::Reader::from_bytes(bytes)?;
     let metadata = reader.metadata().clone();
     let scalars = reader.scalars().clone();
@@ -229,6 +238,8 @@ pub struct FrozenState<M> {
     scheduler: LrSchedulerRecord,
     trainer: TrainerState,
     capture_time: std::time::Duration,
+    /// [`FrozenState::model_bytes`], counted on first use (the trainer asks for it twice).
+    model_bytes: std::cell::OnceCell<u64>,
 }
 
 impl<M> std::fmt::Debug for FrozenState<M> {
@@ -288,6 +299,7 @@ impl<M: Module + 'static> FrozenState<M> {
             scheduler,
             trainer,
             capture_time: t0.elapsed(),
+            model_bytes: std::cell::OnceCell::new(),
         }
     }
 
@@ -323,6 +335,7 @@ impl<M: Module + 'static> FrozenState<M> {
             scheduler,
             trainer,
             capture_time,
+            ..
         } = self;
         let t0 = Instant::now();
         // The model part is written first: it releases the model's handles as it goes, before
@@ -351,9 +364,11 @@ impl<M: Module + 'static> FrozenState<M> {
 
     /// Bytes of the model's parameters (shapes times dtype sizes; no data is read).
     pub fn model_bytes(&self) -> u64 {
-        let mut c = SizeCounter(0);
-        self.model.visit(&mut c);
-        c.0
+        *self.model_bytes.get_or_init(|| {
+            let mut c = SizeCounter(0);
+            self.model.visit(&mut c);
+            c.0
+        })
     }
 
     /// Peak extra memory of saving this state, for an optimizer record of `optim_bytes` (the

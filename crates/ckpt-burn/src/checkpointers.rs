@@ -356,12 +356,10 @@ impl Collector {
             sink.write_all(&model.into_bytes()?)?;
             Ok(())
         };
-        // Burn lays optimizer tensors out in HashMap order; decode and re-encode for the
-        // canonical (name-sorted) layout the rest of this crate writes.
+        // Burn lays optimizer tensors out in HashMap order; stream them out in the canonical
+        // (name-sorted) layout the rest of this crate writes.
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            let bytes = OptimizerRecord::from_bytes(optim)?.into_bytes()?;
-            sink.write_all(&bytes)?;
-            Ok(())
+            crate::capture::write_canonical_optimizer(optim, sink).map(drop)
         };
         let sched_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             sink.write_all(&scheduler.into_bytes()?)?;

@@ -44,6 +44,27 @@ pub fn backend_rng_lock() -> std::sync::MutexGuard<'static, ()> {
     BACKEND_RNG.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Runs `pass` (a forward/backward pass) with the backend RNG of `device` re-seeded from
+/// `(seed, step, item)` and [`backend_rng_lock`] held, so it draws the same masks whenever it
+/// runs at that position; without a seed, runs it as is. The deterministic mode of both
+/// learner strategies.
+pub fn seeded_pass<T>(
+    device: &Device,
+    seed: Option<u64>,
+    step: u64,
+    item: u64,
+    pass: impl FnOnce() -> T,
+) -> T {
+    match seed {
+        Some(seed) => {
+            let _rng = backend_rng_lock();
+            device.seed(mix_seed(&[seed, step, item]));
+            pass()
+        }
+        None => pass(),
+    }
+}
+
 /// The permutation of `n` items for `(seed, epoch, shard)`; a pure function of its inputs.
 pub fn epoch_permutation(seed: u64, epoch: u64, shard: (usize, usize), n: usize) -> Vec<u32> {
     let mut perm: Vec<u32> = (0..n as u32).collect();

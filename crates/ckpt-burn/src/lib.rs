@@ -32,7 +32,7 @@ pub use capture::{
     canonicalize_optimizer_bytes, encode_model, encode_optimizer, encode_scheduler, save_memory,
     step_seed,
 };
-pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed};
+pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use error::{Error, Result};
 pub use restore::{
     Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,

@@ -465,18 +465,13 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                 let item_progress = iterator.progress();
                 // Seeding and the pass that draws hold the process-wide RNG lock, so other
                 // deterministic trainings in this process (ZeRO ranks too) cannot interleave.
-                let out = match self.deterministic {
-                    Some(seed) => {
-                        let _rng = crate::backend_rng_lock();
-                        self.device.seed(crate::mix_seed(&[
-                            seed,
-                            run.step + 1,
-                            accumulated as u64,
-                        ]));
-                        learner.train_step(item)
-                    }
-                    None => learner.train_step(item),
-                };
+                let out = crate::seeded_pass(
+                    &self.device,
+                    self.deterministic,
+                    run.step + 1,
+                    accumulated as u64,
+                    || learner.train_step(item),
+                );
                 let stepped = match grad_accumulation {
                     Some(n) => {
                         accumulator.accumulate(&learner.model(), out.grads);

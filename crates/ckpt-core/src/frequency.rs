@@ -268,16 +268,6 @@ impl FrequencyController {
     /// the steps in its window, the window still open included. Without a baseline yet (no
     /// step outside a save's window) only the stalls are counted.
     pub fn lost(&self) -> (Option<f64>, f64) {
-        self.lost_with_samples().0
-    }
-
-    /// [`Self::lost`] and how many steps the baseline comes from (few, early steps make it
-    /// too high: the warm-up is slow).
-    pub fn lost_with_samples(&self) -> ((Option<f64>, f64), usize) {
-        (self.lost_inner(), self.clean.len())
-    }
-
-    fn lost_inner(&self) -> (Option<f64>, f64) {
         let base = self.baseline();
         let open = self.window.map_or(0.0, |w| {
             let stall = w.stall.unwrap_or(0.0);
@@ -291,6 +281,12 @@ impl FrequencyController {
             }
         });
         (base, self.spent_at(base) + open)
+    }
+
+    /// How many steps the baseline step time comes from (a few early steps make it too high:
+    /// the warm-up is slow).
+    pub fn baseline_steps(&self) -> usize {
+        self.clean.len()
     }
 
     /// Training time so far and the part of it checkpoints cost (measured), in seconds.

@@ -683,13 +683,13 @@ impl CheckpointSession {
                 self.report.throttled_saves
             );
         }
-        let ((base, during), baseline_steps) = self.ctrl.lost_with_samples();
+        let (base, during) = self.ctrl.lost();
         let final_wait = t_finish.elapsed().as_secs_f64();
         let mut report = self.report;
         let total = (during + final_wait) * 1e3;
         report.lost = LostTime {
             baseline_step_ms: base.map(|b| b * 1e3),
-            baseline_steps,
+            baseline_steps: self.ctrl.baseline_steps(),
             during_training_ms: during * 1e3,
             final_wait_ms: final_wait * 1e3,
             total_ms: total,

@@ -395,18 +395,13 @@ impl<M: LearnerModel> RankRun<M> {
             }
             let progress = iterator.progress();
             let t_step = Instant::now();
-            let out = match self.deterministic {
-                Some(seed) => {
-                    let _rng = ckpt_burn::backend_rng_lock();
-                    self.device.seed(ckpt_burn::mix_seed(&[
-                        seed,
-                        self.step + 1,
-                        self.rank as u64,
-                    ]));
-                    learner.train_step(item)
-                }
-                None => learner.train_step(item),
-            };
+            let out = ckpt_burn::seeded_pass(
+                &self.device,
+                self.deterministic,
+                self.step + 1,
+                self.rank as u64,
+                || learner.train_step(item),
+            );
             let owned = self.zero.reduce_owned(&learner.model(), out.grads)?;
             learner.lr_step();
             learner.optimizer_step(owned);

@@ -215,15 +215,7 @@ fn a_fresh_run_in_a_used_root_is_refused_and_overwrite_moves_the_old_run_aside()
     let over = launch(true);
     assert!(over.error.is_none(), "{:?}", over.error);
     assert_eq!(published_steps(&root), vec![3]);
-    let aside = std::fs::read_dir(&root)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(ckpt_core::REWOUND_PREFIX)
-        })
-        .count();
+    let aside = test_support::fs::rewound_entries(&root).len();
     assert_eq!(aside, 2);
 }
 

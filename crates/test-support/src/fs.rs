@@ -1,5 +1,6 @@
 //! Small filesystem helpers for checkpoint tests: the directory of a step, the temporary
-//! entries left in a root, and flipping one byte of a file (corruption).
+//! entries left in a root, the verified steps and rewound entries of a root, and flipping one
+//! byte of a file (corruption).
 
 use std::path::{Path, PathBuf};
 
@@ -42,4 +43,26 @@ pub fn flip_byte(path: &Path, at: At, mask: u8) -> usize {
     bytes[i] ^= mask;
     std::fs::write(path, bytes).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     i
+}
+
+/// The steps of the checkpoints under `root` that fully verify, oldest first; panics if
+/// `root` cannot be listed.
+pub fn verified_steps(root: &Path) -> Vec<u64> {
+    ckpt_core::list_checkpoints(root, true)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", root.display()))
+        .iter()
+        .map(|c| c.step)
+        .collect()
+}
+
+/// Names of the checkpoints a rewind moved aside (`.rewound-*`) in `root`, sorted; panics if
+/// `root` cannot be listed.
+pub fn rewound_entries(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", root.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(ckpt_core::REWOUND_PREFIX))
+        .collect();
+    v.sort();
+    v
 }
