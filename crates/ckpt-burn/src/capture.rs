@@ -138,9 +138,7 @@ pub(crate) fn write_optimizer(
     optim: ModuleOptimizer,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    let bytes = optim.to_record().into_bytes()?;
-    drop(optim);
-    write_canonical_optimizer(bytes, sink)
+    write_canonical_optimizer(encode_record(optim)?, sink)
 }
 
 /// Streams Burn-encoded optimizer-record bytes (tensors in Burn's `HashMap` order) into `sink`
@@ -155,6 +153,69 @@ pub(crate) fn write_canonical_optimizer(
     // The reader lists tensors by name: the canonical order.
     let tensors = reader.into_tensors()?;
     Ok(write_pack(tensors, &metadata, &scalars, sink)?)
+}
+
+/// The optimizer record's encoding, run on a helper thread from the moment the persist thread
+/// starts on a save (or inline, where no thread can be started).
+struct OptimEncoding(std::sync::Mutex<Encoding>);
+
+enum Encoding {
+    Waiting(ModuleOptimizer),
+    Running(std::thread::JoinHandle<std::result::Result<burn::tensor::Bytes, BoxError>>),
+    Taken,
+}
+
+/// Burn's record of `optim`, encoded; `optim` (its handles) is dropped only once the bytes are
+/// read (see [`write_optimizer`]).
+fn encode_record(optim: ModuleOptimizer) -> std::result::Result<burn::tensor::Bytes, BoxError> {
+    let bytes = optim.to_record().into_bytes()?;
+    drop(optim);
+    Ok(bytes)
+}
+
+impl OptimEncoding {
+    fn new(optim: ModuleOptimizer) -> Self {
+        Self(std::sync::Mutex::new(Encoding::Waiting(optim)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Encoding> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the encoding on a helper thread (once).
+    fn start(&self) {
+        let mut state = self.lock();
+        if let Encoding::Waiting(optim) = std::mem::replace(&mut *state, Encoding::Taken) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("ckpt-optim-encode".into())
+                .spawn(move || match rx.recv() {
+                    Ok(optim) => encode_record(optim),
+                    Err(_) => Err("the optimizer state never reached its encoder".into()),
+                });
+            *state = match spawned {
+                Ok(handle) => match tx.send(optim) {
+                    Ok(()) => Encoding::Running(handle),
+                    Err(back) => Encoding::Waiting(back.0),
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "no encoder thread: the optimizer record is encoded inline");
+                    Encoding::Waiting(optim)
+                }
+            };
+        }
+    }
+
+    /// The encoded record: the helper thread's, or encoded now if it was never started.
+    fn bytes(&self) -> std::result::Result<burn::tensor::Bytes, BoxError> {
+        match std::mem::replace(&mut *self.lock(), Encoding::Taken) {
+            Encoding::Waiting(optim) => encode_record(optim),
+            Encoding::Running(handle) => handle
+                .join()
+                .map_err(|_| BoxError::from("the optimizer encoder panicked"))?,
+            Encoding::Taken => Err("the optimizer record was taken twice".into()),
+        }
+    }
 }
 
 /// Burn lays an optimizer record's tensor data out in `HashMap` iteration order, so two saves
@@ -196,9 +257,11 @@ pub fn encode_scheduler(record: LrSchedulerRecord) -> Result<Vec<u8>> {
 pub fn save_memory(model: u64, optim_bytes: Option<u64>) -> SaveMemory {
     let optim = optim_bytes.unwrap_or(2 * model);
     SaveMemory {
-        // While training runs on, every replaced tensor stays held (copy-on-write): the
-        // model until it is written, then the optimizer state and Burn's materialized
-        // record of it side by side, until the held state is dropped.
+        // While training runs on, every replaced tensor stays held (copy-on-write). The
+        // optimizer record is read into one buffer when the persist thread takes the save,
+        // usually before the next update; a save queued behind another may see its
+        // optimizer state replaced first, and then holds it beside that buffer, with the
+        // model until it is written.
         background: (model + optim).max(2 * optim),
         // While the trainer waits nothing is replaced, but the model's tensors are copied
         // out one at a time (they are shared with the live model) and the optimizer record
@@ -324,8 +387,8 @@ impl<M: Module + 'static> FrozenState<M> {
     /// [`Self::into_snapshot`] for an optimizer record of `optim_bytes` (the previous
     /// checkpoint's; `None`: two moments per parameter). The model part holds the model's
     /// bytes until written (training copies every updated tensor still held); the optimizer
-    /// part holds twice the record (Burn's `to_record` materializes it, and its `into_bytes`
-    /// encodes it into one more buffer: the public API has no streaming path).
+    /// part holds the record's bytes until written (Burn's `into_bytes` encodes it into one
+    /// buffer: the public API has no streaming path).
     pub fn into_snapshot_sized(self, optim_bytes: Option<u64>) -> Snapshot {
         let model_bytes = self.model_bytes();
         let optim_bytes = optim_bytes.unwrap_or(2 * model_bytes);
@@ -338,13 +401,19 @@ impl<M: Module + 'static> FrozenState<M> {
             ..
         } = self;
         let t0 = Instant::now();
-        // The model part is written first: it releases the model's handles as it goes, before
-        // the optimizer record is materialized.
+        // The model part is written first and starts the optimizer's encoding on a helper
+        // thread, so the disk writes the model while Burn's record is read into one buffer.
+        // Both finish long before the next optimizer update on a save the persist thread takes
+        // at once: the model's and the moments' handles are released in time, nothing is
+        // copied on write, and only the record's buffer is held until written.
+        let encoding = std::sync::Arc::new(OptimEncoding::new(optim));
+        let starter = encoding.clone();
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
+            starter.start();
             write_model(model, sink).map(drop)
         };
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            write_optimizer(optim, sink).map(drop)
+            write_canonical_optimizer(encoding.bytes()?, sink).map(drop)
         };
         let sched_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             let bytes = scheduler.into_bytes()?;
@@ -356,7 +425,7 @@ impl<M: Module + 'static> FrozenState<M> {
             .with_producer(MODEL_FILE, model_part)
             .holding(model_bytes)
             .with_producer(OPTIM_FILE, optim_part)
-            .holding(2 * optim_bytes)
+            .holding(optim_bytes)
             .with_producer(SCHEDULER_FILE, sched_part)
             .with_bytes(TRAINER_FILE, trainer.to_bytes());
         snap.with_capture_time(capture_time + t0.elapsed())

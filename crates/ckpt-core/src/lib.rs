@@ -20,6 +20,7 @@
 //! ```
 
 mod checksum;
+mod direct;
 mod durable;
 mod engine;
 mod error;
@@ -53,6 +54,7 @@ pub mod storage;
 mod verify;
 mod writeback;
 
+pub use direct::{DirectIoStats, direct_io_stats};
 pub use durable::{DurableFile, write_durable_file, write_durable_file_in};
 pub use engine::{
     Backpressure, Engine, EngineConfig, EngineMetrics, SaveEvent, SubmitOutcome, Summary,

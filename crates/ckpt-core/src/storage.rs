@@ -22,7 +22,7 @@ use std::{
     path::Path,
 };
 
-use crate::writeback::WritebackFile;
+use crate::direct::DirectFile;
 
 /// A file opened for writing by [`Storage::create_file`].
 pub trait WriteFile: Write + Send {
@@ -143,8 +143,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LocalDisk;
 
-/// A local file being written: early writeback, `fsync` on [`WriteFile::sync`].
-struct LocalWriteFile(WritebackFile);
+/// A local file being written: direct I/O for full chunks (early writeback where the file
+/// system refuses it), `fsync` on [`WriteFile::sync`].
+struct LocalWriteFile(DirectFile);
 
 impl Write for LocalWriteFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -157,6 +158,7 @@ impl Write for LocalWriteFile {
 
 impl WriteFile for LocalWriteFile {
     fn sync(&mut self) -> io::Result<()> {
+        self.0.flush()?;
         self.0.get_ref().sync_all()
     }
 }
@@ -182,7 +184,7 @@ impl Storage for LocalDisk {
     }
     fn create_file(&self, path: &Path) -> io::Result<Box<dyn WriteFile>> {
         let f = OpenOptions::new().write(true).create_new(true).open(path)?;
-        Ok(Box::new(LocalWriteFile(WritebackFile::new(f))))
+        Ok(Box::new(LocalWriteFile(DirectFile::new(f, path))))
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()

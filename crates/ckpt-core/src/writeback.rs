@@ -37,6 +37,13 @@ impl WritebackFile {
         &self.file
     }
 
+    /// Books `n` bytes written to the file past this writer (direct I/O), so later writeback
+    /// requests cover only what this writer wrote.
+    pub(crate) fn advance(&mut self, n: u64) {
+        self.written += n;
+        self.flushed_to = self.written;
+    }
+
     fn start_writeback(&mut self) {
         let (from, len) = (self.flushed_to, self.written - self.flushed_to);
         self.flushed_to = self.written;

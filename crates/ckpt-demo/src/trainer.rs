@@ -260,6 +260,9 @@ pub struct DemoReport {
     /// The training time checkpoints cost (stalls, slower steps after each save, the final
     /// wait), as the session measured it.
     pub lost: ckpt_core::LostTime,
+    /// This process's direct-I/O counters at the end of the run: reused write buffers and the
+    /// bytes written past the page cache.
+    pub direct_io: ckpt_core::DirectIoStats,
 }
 
 /// Progress information passed to the callback after every step.
@@ -292,6 +295,7 @@ impl DemoReport {
         self.interval = s.interval;
         self.stopped = s.stopped;
         self.lost = s.lost;
+        self.direct_io = ckpt_core::direct_io_stats();
     }
 }
 

@@ -1,0 +1,709 @@
+//! The example trainer with its **default flags** at every state size, beside Burn's own
+//! checkpointer (`--save-mode burn`) and runs without checkpoints, all in one run: what
+//! checkpoints cost training (issue 12). Writes `DEFAULTS.md` and `defaults.json` into `--out`.
+//!
+//! ```text
+//! cargo build --release --example train
+//! cargo run --release --example bench_defaults                        # ~30 min on 2 cores
+//! cargo run --release --example bench_defaults -- --sizes 10mb --budgets ''   # smoke test
+//! ```
+//!
+//! Each size runs, in turn: no checkpoints, ours with default flags, Burn's checkpointer, no
+//! checkpoints again (the machine's speed drifts; the two baselines bound the noise). At 1gb the
+//! snapshot budgets of `--budgets` (fractions of the state) follow. Every run is a separate
+//! process: its peak RSS comes from `wait4`. *Lost time* is the run's wall time to `done`
+//! (which includes waiting for the last save to be durable) minus the mean of the two baselines:
+//! every stall and every slowdown of the following steps, until each save is durable. The
+//! physical floor beside it: writing and `fsync`ing the state's bytes once.
+
+use std::{
+    fs::File,
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+
+/// Flags.
+#[derive(Parser, Debug)]
+#[command(about = "The example trainer with default flags against Burn's checkpointer")]
+struct Args {
+    /// State sizes to run (10mb, 100mb, 1gb, 2gb, 4gb).
+    #[arg(long, value_delimiter = ',', default_value = "10mb,100mb,1gb,2gb,4gb")]
+    sizes: Vec<String>,
+    /// Snapshot budgets run at 1gb, as fractions of the state ('' for none).
+    #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1.0")]
+    budgets: Vec<String>,
+    /// Output directory for DEFAULTS.md and defaults.json.
+    #[arg(long, default_value = "docs/perf")]
+    out: PathBuf,
+    /// Where runs write their checkpoints (each run's are deleted after it). Default:
+    /// `target/bench-defaults` of this workspace.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The trainer binary. Default: `train` beside this binary (`cargo build --release
+    /// --example train`).
+    #[arg(long)]
+    train: Option<PathBuf>,
+}
+
+/// A run shape: the trainer's model flags for one state size.
+struct Shape {
+    label: &'static str,
+    hidden: u32,
+    layers: u32,
+    steps: u32,
+    save_every: u32,
+}
+
+/// `(layers - 1) * hidden^2` parameters, times 12 bytes (weights and AdamW's two moments).
+const SHAPES: [Shape; 5] = [
+    Shape {
+        label: "10mb",
+        hidden: 512,
+        layers: 4,
+        steps: 400,
+        save_every: 40,
+    },
+    Shape {
+        label: "100mb",
+        hidden: 1024,
+        layers: 9,
+        steps: 160,
+        save_every: 16,
+    },
+    Shape {
+        label: "1gb",
+        hidden: 4096,
+        layers: 6,
+        steps: 12,
+        save_every: 4,
+    },
+    Shape {
+        label: "2gb",
+        hidden: 4096,
+        layers: 11,
+        steps: 12,
+        save_every: 4,
+    },
+    Shape {
+        label: "4gb",
+        hidden: 4096,
+        layers: 21,
+        steps: 12,
+        save_every: 4,
+    },
+];
+
+/// One trainer process.
+struct Run {
+    mode: String,
+    wall_s: f64,
+    peak_rss: u64,
+    report: Value,
+}
+
+impl Run {
+    fn stalls_ms(&self) -> Vec<f64> {
+        self.saves()
+            .iter()
+            .filter_map(|s| s["stall_ms"].as_f64())
+            .collect()
+    }
+    fn saves(&self) -> Vec<Value> {
+        self.report["saves"].as_array().cloned().unwrap_or_default()
+    }
+    fn state_bytes(&self) -> Option<u64> {
+        self.saves().first().and_then(|s| s["bytes"].as_u64())
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
+/// Runs the trainer once; its peak RSS from `wait4`.
+fn run_trainer(
+    train: &Path,
+    dir: &Path,
+    shape: &Shape,
+    mode: &str,
+    extra: &[String],
+) -> Result<Run> {
+    let root = dir.join(format!("{}-{mode}", shape.label));
+    let _ = std::fs::remove_dir_all(&root);
+    let report_path = dir.join(format!("{}-{mode}.json", shape.label));
+    let log_path = dir.join(format!("{}-{mode}.log", shape.label));
+    let log =
+        File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let mut cmd = Command::new(train);
+    cmd.arg("--dir")
+        .arg(&root)
+        .args([
+            "--hidden",
+            &shape.hidden.to_string(),
+            "--layers",
+            &shape.layers.to_string(),
+        ])
+        .args(["--steps", &shape.steps.to_string()])
+        .arg("--report")
+        .arg(&report_path)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    let t0 = Instant::now();
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", train.display()))?;
+    let (status, rusage) = wait4(child.id())?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&root);
+    if status != 0 {
+        let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let tail: Vec<&str> = tail.lines().rev().take(20).collect();
+        bail!(
+            "{} {mode} exited with status {status} (log {}):\n{}",
+            shape.label,
+            log_path.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let report: Value = serde_json::from_slice(
+        &std::fs::read(&report_path)
+            .with_context(|| format!("reading {}", report_path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", report_path.display()))?;
+    let wall_s = report["wall_s"].as_f64().unwrap_or(elapsed);
+    Ok(Run {
+        mode: mode.to_string(),
+        wall_s,
+        peak_rss: rusage,
+        report,
+    })
+}
+
+/// Waits for process `pid`; its exit status (or 128 + signal) and peak RSS in bytes.
+fn wait4(pid: u32) -> Result<(i32, u64)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `ru` are valid for writes; `pid` is our own child, not yet reaped.
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut ru) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error()).context("wait4");
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    Ok((code, ru.ru_maxrss as u64 * 1024))
+}
+
+/// Seconds to write `bytes` in 8 MiB writes and `fsync` them: the floor of making a save
+/// durable on this disk.
+fn disk_floor(dir: &Path, bytes: u64) -> Result<f64> {
+    let path = dir.join("floor.bin");
+    let chunk = vec![0x5au8; 8 << 20];
+    let t0 = Instant::now();
+    let mut f = File::create(&path)?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
+    let s = t0.elapsed().as_secs_f64();
+    drop(f);
+    std::fs::remove_file(&path)?;
+    Ok(s)
+}
+
+/// What one size measured.
+struct SizeResult {
+    label: &'static str,
+    shape: String,
+    state: u64,
+    floor_s: f64,
+    base: [Run; 2],
+    ours: Run,
+    burn: Run,
+    budgets: Vec<(f64, Run)>,
+}
+
+impl SizeResult {
+    fn base_wall(&self) -> f64 {
+        (self.base[0].wall_s + self.base[1].wall_s) / 2.0
+    }
+    fn base_rss(&self) -> f64 {
+        (self.base[0].peak_rss + self.base[1].peak_rss) as f64 / 2.0
+    }
+    fn lost_per_save(&self, r: &Run) -> f64 {
+        let saves = r.saves().len().max(1) as f64;
+        (r.wall_s - self.base_wall()) / saves
+    }
+    fn extra_rss(&self, r: &Run) -> f64 {
+        r.peak_rss as f64 - self.base_rss()
+    }
+}
+
+fn mb(b: f64) -> String {
+    format!("{:.0} MB", b / 1e6)
+}
+
+fn ms(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn stall_cell(r: &Run) -> String {
+    let v = r.stalls_ms();
+    let (lo, hi) = range(&v);
+    format!("{} [{}-{}]", ms(median(v)), ms(lo), ms(hi))
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "**met**" } else { "**not met**" }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let t0 = Instant::now();
+    let here = std::env::current_exe()?;
+    let train = match &args.train {
+        Some(t) => t.clone(),
+        None => here.with_file_name("train"),
+    };
+    if !train.exists() {
+        bail!(
+            "no trainer at {}: build it first (`cargo build --release --example train`) or pass --train",
+            train.display()
+        );
+    }
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-defaults"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(&args.out)?;
+    let shapes: Vec<&Shape> =
+        args.sizes
+            .iter()
+            .map(|l| {
+                SHAPES.iter().find(|s| s.label == l).with_context(|| {
+                    format!("unknown size {l:?}: one of 10mb, 100mb, 1gb, 2gb, 4gb")
+                })
+            })
+            .collect::<Result<_>>()?;
+    let budgets: Vec<f64> = args
+        .budgets
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| {
+            b.parse::<f64>()
+                .with_context(|| format!("budget {b:?} is not a fraction"))
+        })
+        .collect::<Result<_>>()?;
+    let with_budgets = shapes.iter().any(|s| s.label == "1gb");
+    let total = shapes.len() as u64 * 4
+        + if with_budgets {
+            budgets.len() as u64
+        } else {
+            0
+        };
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} runs {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut results = Vec::new();
+    for shape in shapes {
+        let go = |mode: &str, extra: &[String]| -> Result<Run> {
+            bar.set_message(format!("{} {mode}", shape.label));
+            let r = run_trainer(&train, &dir, shape, mode, extra)?;
+            bar.inc(1);
+            bar.println(format!(
+                "{} {mode}: {:.1} s, peak RSS {}, stall median {} ms",
+                shape.label,
+                r.wall_s,
+                mb(r.peak_rss as f64),
+                ms(median(r.stalls_ms()))
+            ));
+            Ok(r)
+        };
+        let every = vec!["--save-every".to_string(), shape.save_every.to_string()];
+        let none = vec!["--save-every".to_string(), "0".to_string()];
+        let base0 = go("none-before", &none)?;
+        let ours = go("ours", &every)?;
+        let mut burn_flags = every.clone();
+        burn_flags.extend(["--save-mode".to_string(), "burn".to_string()]);
+        let burn = go("burn", &burn_flags)?;
+        let base1 = go("none-after", &none)?;
+        let state = ours.state_bytes().unwrap_or(0);
+        let mut budget_runs = Vec::new();
+        if shape.label == "1gb" {
+            for &f in &budgets {
+                let mib = ((state as f64 * f) / (1 << 20) as f64).round().max(1.0) as u64;
+                let mut flags = every.clone();
+                flags.extend(["--snapshot-budget-mb".to_string(), mib.to_string()]);
+                budget_runs.push((f, go(&format!("budget-{f}"), &flags)?));
+            }
+        }
+        let floor_s = disk_floor(&dir, state)?;
+        results.push(SizeResult {
+            label: shape.label,
+            shape: format!(
+                "--hidden {} --layers {} --steps {} --save-every {}",
+                shape.hidden, shape.layers, shape.steps, shape.save_every
+            ),
+            state,
+            floor_s,
+            base: [base0, base1],
+            ours,
+            burn,
+            budgets: budget_runs,
+        });
+    }
+    bar.finish_and_clear();
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let md = markdown(
+        &results,
+        &load_before,
+        &load_after,
+        t0.elapsed().as_secs_f64(),
+    );
+    let out = args.out.join("DEFAULTS.md");
+    std::fs::write(&out, md).with_context(|| format!("writing {}", out.display()))?;
+    let json_path = args.out.join("defaults.json");
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&to_json(&results))?,
+    )?;
+    println!(
+        "wrote {} and {} in {:.1} min",
+        out.display(),
+        json_path.display(),
+        t0.elapsed().as_secs_f64() / 60.0
+    );
+    Ok(())
+}
+
+fn to_json(results: &[SizeResult]) -> Value {
+    let run = |r: &Run| json!({"mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report});
+    Value::Array(
+        results
+            .iter()
+            .map(|s| {
+                json!({
+                    "size": s.label, "shape": s.shape, "state_bytes": s.state, "disk_floor_s": s.floor_s,
+                    "runs": [run(&s.base[0]), run(&s.ours), run(&s.burn), run(&s.base[1])],
+                    "budgets": s.budgets.iter().map(|(f, r)| json!({"fraction": f, "run": run(r)})).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<f64>().ok())
+        })
+        .map(|kib| format!("{:.0} GiB RAM", kib / (1u64 << 20) as f64))
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, {mem}")
+}
+
+fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed_s: f64) -> String {
+    let mut o = String::new();
+    let w = |o: &mut String, s: String| {
+        o.push_str(&s);
+        o.push('\n');
+    };
+    w(
+        &mut o,
+        "# The example trainer with default flags, against Burn's checkpointer\n".into(),
+    );
+    w(
+        &mut o,
+        format!(
+            "Generated by `cargo run --release --example bench_defaults` (after `cargo build --release --example train`) on {} ({}); load average {} before, {} after; the run took {:.1} min. Backend: Burn Flex (CPU). Raw reports of every run: [`defaults.json`](defaults.json).\n",
+            utc_now(),
+            machine(),
+            load_before
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+            load_after
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+            elapsed_s / 60.0
+        ),
+    );
+    w(&mut o, "Every row comes from the same configuration: `target/release/examples/train` with its **default flags** (`--save-mode async`, `--snapshot-budget-mb auto`, default retention and persist slots) except the model size, the run length and `--save-every`. *Burn* is the same command with `--save-mode burn` (Burn's `AsyncCheckpointer<FileCheckpointer>`, what the learner uses). Each size runs no checkpoints, ours, Burn's, no checkpoints again, one after another; the two baselines show the machine's drift. The machine is a shared 2-core VM: treat single runs as noisy and read ratios.\n".into());
+    w(&mut o, "- *stall*: the training thread's time in the save call, median [min-max] over the run's saves.\n- *lost per save*: (wall time to `done`, which waits for the last save to be durable) minus the mean of the two baselines, divided by the saves: stalls plus every slowdown of the following steps until each save is durable, the last save's whole persist included.\n- *extra RSS*: peak RSS of the run (`wait4`) minus the mean of the baselines' peaks.\n- *disk floor*: writing the state's bytes once in 8 MiB writes and `fsync`ing them (no save can be durable sooner).\n".into());
+
+    // Targets.
+    w(&mut o, "## Issue-12 targets\n".into());
+    w(
+        &mut o,
+        "| target | measured | verdict |\n|---|---|---|".into(),
+    );
+    let stall_all: Vec<String> = results
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {:.0}x",
+                s.label,
+                median(s.burn.stalls_ms()) / median(s.ours.stalls_ms())
+            )
+        })
+        .collect();
+    let stall_ok = results
+        .iter()
+        .all(|s| median(s.ours.stalls_ms()) * 20.0 <= median(s.burn.stalls_ms()));
+    w(
+        &mut o,
+        format!(
+            "| stall ≤ 1/20 of Burn's at every size | Burn / ours: {} | {} |",
+            stall_all.join(", "),
+            verdict(stall_ok)
+        ),
+    );
+    let lost: Vec<&SizeResult> = results
+        .iter()
+        .filter(|s| ["100mb", "1gb", "4gb"].contains(&s.label))
+        .collect();
+    if !lost.is_empty() {
+        let cells: Vec<String> = lost
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:.2}",
+                    s.label,
+                    s.lost_per_save(&s.ours) / s.lost_per_save(&s.burn)
+                )
+            })
+            .collect();
+        let ok = lost
+            .iter()
+            .all(|s| s.lost_per_save(&s.ours) * 5.0 <= s.lost_per_save(&s.burn));
+        w(
+            &mut o,
+            format!(
+                "| lost time per save ≤ 1/5 of Burn's at 100mb, 1gb, 4gb | ours / Burn: {} | {} |",
+                cells.join(", "),
+                verdict(ok)
+            ),
+        );
+    }
+    let mem: Vec<&SizeResult> = results
+        .iter()
+        .filter(|s| ["1gb", "4gb"].contains(&s.label))
+        .collect();
+    if !mem.is_empty() {
+        let cells: Vec<String> = mem
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:.2}x the state",
+                    s.label,
+                    s.extra_rss(&s.ours) / s.state as f64
+                )
+            })
+            .collect();
+        let ok = mem
+            .iter()
+            .all(|s| s.extra_rss(&s.ours) <= s.state as f64 + 64.0 * (1 << 20) as f64);
+        w(
+            &mut o,
+            format!(
+                "| extra peak RSS ≤ 1.0x the state + 64 MiB at 1gb, 4gb | {} | {} |",
+                cells.join(", "),
+                verdict(ok)
+            ),
+        );
+    }
+    let bufs: Vec<String> = results
+        .iter()
+        .map(|s| {
+            let d = &s.ours.report["direct_io"];
+            format!(
+                "{} {} allocated / {} reused",
+                s.label, d["buffers_allocated"], d["buffers_reused"]
+            )
+        })
+        .collect();
+    let bufs_ok = results.iter().all(|s| {
+        s.ours.report["direct_io"]["buffers_allocated"]
+            .as_u64()
+            .unwrap_or(u64::MAX)
+            <= 2
+    });
+    w(
+        &mut o,
+        format!(
+            "| no staging allocation after the first save (the direct-I/O write buffers, counted) | {} | {} |",
+            bufs.join(", "),
+            verdict(bufs_ok)
+        ),
+    );
+    for s in results {
+        for (f, r) in &s.budgets {
+            let st = median(r.stalls_ms()) <= median(s.burn.stalls_ms());
+            let lo = s.lost_per_save(r) <= s.lost_per_save(&s.burn);
+            w(
+                &mut o,
+                format!(
+                    "| budget {f}x the state at {}: stall and lost time ≤ Burn's | stall {} ms vs {} ms; lost/save {:.2} s vs {:.2} s | {} |",
+                    s.label,
+                    ms(median(r.stalls_ms())),
+                    ms(median(s.burn.stalls_ms())),
+                    s.lost_per_save(r),
+                    s.lost_per_save(&s.burn),
+                    verdict(st && lo)
+                ),
+            );
+        }
+    }
+    w(&mut o, "".into());
+
+    w(&mut o, "## Per size\n".into());
+    w(&mut o, "| state | shape | saves | stall ours ms | stall Burn ms | lost/save ours ms | lost/save Burn ms | ours / Burn lost | extra RSS ours | extra RSS Burn | disk floor s | baselines s |\n|---|---|---|---|---|---|---|---|---|---|---|---|".into());
+    for s in results {
+        w(
+            &mut o,
+            format!(
+                "| {} ({}) | `{}` | {} | {} | {} | {} | {} | **{:.2}** | {} ({:.2}x) | {} ({:.2}x) | {:.2} | {:.1} / {:.1} |",
+                s.label,
+                mb(s.state as f64),
+                s.shape,
+                s.ours.saves().len(),
+                stall_cell(&s.ours),
+                stall_cell(&s.burn),
+                ms(s.lost_per_save(&s.ours) * 1e3),
+                ms(s.lost_per_save(&s.burn) * 1e3),
+                s.lost_per_save(&s.ours) / s.lost_per_save(&s.burn),
+                mb(s.extra_rss(&s.ours)),
+                s.extra_rss(&s.ours) / s.state as f64,
+                mb(s.extra_rss(&s.burn)),
+                s.extra_rss(&s.burn) / s.state as f64,
+                s.floor_s,
+                s.base[0].wall_s,
+                s.base[1].wall_s
+            ),
+        );
+    }
+    w(&mut o, "".into());
+    w(&mut o, "Where our lost time goes, from our runs' own `lost` report (the session measures each save's stall and the following steps' excess over its baseline steps, until shortly after the save is durable; the last save's persist is waited for at the end):\n".into());
+    w(&mut o, "| state | during training ms | final wait ms | persist ms per save (median) | session's lost/save ms | direct-I/O bytes | page-cache bytes |\n|---|---|---|---|---|---|---|".into());
+    for s in results {
+        let l = &s.ours.report["lost"];
+        let persists: Vec<f64> = s
+            .ours
+            .saves()
+            .iter()
+            .filter_map(|v| v["persist_ms"].as_f64())
+            .collect();
+        let d = &s.ours.report["direct_io"];
+        w(
+            &mut o,
+            format!(
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                s.label,
+                ms(l["during_training_ms"].as_f64().unwrap_or(f64::NAN)),
+                ms(l["final_wait_ms"].as_f64().unwrap_or(f64::NAN)),
+                ms(median(persists)),
+                ms(l["per_save_ms"].as_f64().unwrap_or(f64::NAN)),
+                mb(d["direct_bytes"].as_f64().unwrap_or(0.0)),
+                mb(d["buffered_bytes"].as_f64().unwrap_or(0.0)),
+            ),
+        );
+    }
+    w(&mut o, "".into());
+    if results.iter().any(|s| !s.budgets.is_empty()) {
+        w(&mut o, "## Smaller snapshot budgets\n".into());
+        w(&mut o, "The same command with `--snapshot-budget-mb` set to a fraction of the state. A save over the budget is *throttled*: it persists in the background and training waits after the submit only until what the save still holds fits the budget.\n".into());
+        w(&mut o, "| state | budget | throttled saves | stall ms | lost/save s | vs Burn's stall | vs Burn's lost | extra RSS |\n|---|---|---|---|---|---|---|---|".into());
+        for s in results {
+            for (f, r) in &s.budgets {
+                w(
+                    &mut o,
+                    format!(
+                        "| {} | {f}x ({}) | {} | {} | {:.2} | {:.2}x | {:.2}x | {} ({:.2}x) |",
+                        s.label,
+                        mb(s.state as f64 * f),
+                        r.report["throttled_saves"]
+                            .as_array()
+                            .map(|a| a.len())
+                            .unwrap_or(0),
+                        stall_cell(r),
+                        s.lost_per_save(r),
+                        median(r.stalls_ms()) / median(s.burn.stalls_ms()),
+                        s.lost_per_save(r) / s.lost_per_save(&s.burn),
+                        mb(s.extra_rss(r)),
+                        s.extra_rss(r) / s.state as f64
+                    ),
+                );
+            }
+        }
+        w(&mut o, "".into());
+    }
+    o
+}
+
+fn utc_now() -> String {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output();
+    out.ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
