@@ -351,13 +351,20 @@ fn main() -> Result<()> {
             bar.set_message(format!("{} {mode}", shape.label));
             let r = run_trainer(&train, &dir, shape, mode, extra)?;
             bar.inc(1);
-            bar.println(format!(
-                "{} {mode}: {:.1} s, peak RSS {}, stall median {} ms",
+            let line = format!(
+                "{} {mode}: {:.1} s, peak RSS {}, stall median {} ms ({}/{total} runs)",
                 shape.label,
                 r.wall_s,
                 mb(r.peak_rss as f64),
-                ms(median(r.stalls_ms()))
-            ));
+                ms(median(r.stalls_ms())),
+                bar.position()
+            );
+            // A hidden bar (output not a terminal) prints nothing, not even `println`.
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
             Ok(r)
         };
         let every = vec!["--save-every".to_string(), shape.save_every.to_string()];
@@ -668,6 +675,30 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         );
     }
     w(&mut o, "".into());
+    w(&mut o, "*Pinned at the next update*: the state a save's snapshot still held handle clones of just before the optimizer update that followed it (`pinned_at_next_update` in the trainer's report, from `ckpt_burn::pinned_state_bytes`): what that update had to copy instead of writing in place. On a GPU backend those copies are device memory.\n".into());
+    w(
+        &mut o,
+        "| state | pinned at the next update, per save | of the state |\n|---|---|---|".into(),
+    );
+    for s in results {
+        let pins: Vec<f64> = s.ours.report["pinned_at_next_update"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v["bytes"].as_f64()).collect())
+            .unwrap_or_default();
+        let cells: Vec<String> = pins.iter().map(|b| mb(*b)).collect();
+        let worst = pins.iter().copied().fold(0.0, f64::max);
+        w(
+            &mut o,
+            format!(
+                "| {} | {} | up to {:.0} % |",
+                s.label,
+                cells.join(", "),
+                100.0 * worst / s.state.max(1) as f64
+            ),
+        );
+    }
+    w(&mut o, "".into());
+    w(&mut o, "Known causes (profiles in [`DEFAULTS-history.md`](DEFAULTS-history.md) and the session notes): on this 2-core machine training uses both cores, so the background save's CPU is taken from training almost one for one. Most of that CPU is fresh memory for Burn 0.22.1's only public view of optimizer state: `ModuleOptimizer::to_record` copies every moment out, and `OptimizerRecord::into_bytes` encodes the copy into one more buffer (page faults and zeroing of both). Burn's own checkpointer makes the same `to_record` copy on the training thread (its stall). Writing no longer costs CPU worth mentioning: full chunks go to the disk with direct I/O. The last save's persist is waited for at the end of a run, as Burn's is; its floor is the disk column.\n".into());
     if results.iter().any(|s| !s.budgets.is_empty()) {
         w(&mut o, "## Smaller snapshot budgets\n".into());
         w(&mut o, "The same command with `--snapshot-budget-mb` set to a fraction of the state. A save over the budget is *throttled*: it persists in the background and training waits after the submit only until what the save still holds fits the budget.\n".into());

@@ -74,7 +74,10 @@ fn child_entry() {
     let cfg = small_config(&kv);
     match demo::run(&cfg, &mut |_| {}) {
         Ok(report) => {
-            let json = serde_json::to_string(&report).unwrap();
+            let mut json = serde_json::to_value(&report).unwrap();
+            // What snapshots still hold once the run is done (it waited for every save).
+            json["pinned_after_run"] = burn_ckpt::ckpt_burn::pinned_state_bytes().into();
+            let json = serde_json::to_string(&json).unwrap();
             std::fs::write(Path::new(&kv["dir"]).join("report.json"), json).unwrap();
             std::process::exit(0)
         }
@@ -124,6 +127,42 @@ fn assert_same_files(a: &Path, b: &Path) {
 
 fn s(v: impl ToString) -> String {
     v.to_string()
+}
+
+/// A snapshot counts the state it holds clones of until the persist thread reads it out, and
+/// gives all of it back: held back before encoding, the save pins the whole state when the next
+/// update runs; read without a hold, nothing is left once the run is done.
+#[test]
+fn a_snapshot_pins_the_state_until_read_and_gives_all_of_it_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let held = train_ok(
+        &tmp.path().join("held"),
+        &[("steps", s(9)), ("save_every", s(4)), ("hold_ms", s(300))],
+    );
+    let samples = held["pinned_at_next_update"].as_array().unwrap();
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    let model = std::fs::metadata(step_dir(&tmp.path().join("held"), 4).join(MODEL_FILE))
+        .unwrap()
+        .len();
+    for sample in samples {
+        assert_eq!(
+            sample["update_step"],
+            sample["save_step"].as_u64().unwrap() + 1
+        );
+        // The model's tensors and the optimizer state (AdamW: two moments per parameter).
+        let pinned = sample["bytes"].as_u64().unwrap();
+        assert!(
+            pinned > 2 * model,
+            "pinned {pinned} bytes, model.bpk has {model}"
+        );
+    }
+    assert_eq!(held["pinned_after_run"], 0);
+    let free = train_ok(
+        &tmp.path().join("free"),
+        &[("steps", s(9)), ("save_every", s(4))],
+    );
+    assert_eq!(free["pinned_after_run"], 0);
+    assert_eq!(free["pinned_at_next_update"].as_array().unwrap().len(), 2);
 }
 
 #[test]

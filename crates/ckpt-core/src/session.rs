@@ -226,6 +226,20 @@ impl MemoryGate {
                 mib(held),
                 mib(budget)
             );
+            // Waiting stops training from copying what the save holds, not the save's own
+            // encoding buffers: a budget below them is exceeded whatever training does.
+            if need.blocking > budget {
+                tracing::warn!(
+                    step,
+                    "even with training waiting, encoding this save takes about {:.0} MiB by \
+                     its own estimate (with Burn: the optimizer record is materialized whole), \
+                     more than the snapshot memory budget of {:.0} MiB: the budget will be \
+                     exceeded by about {:.0} MiB during each such save",
+                    mib(need.blocking),
+                    mib(budget),
+                    mib(need.blocking - budget)
+                );
+            }
         }
         SaveRoute::Throttled
     }

@@ -12,8 +12,9 @@
 //! - a rename or an exchange is atomic: after a cut the name refers to the old object or to
 //!   the new one, never to neither or to a mix.
 //!
-//! [`LocalDisk`] is the default implementation on the local file system, with the behaviour and
-//! speed the engine always had (early writeback, `fsync`, `renameat2` exchange, `flock`).
+//! [`LocalDisk`] is the default implementation on the local file system: large files with
+//! direct I/O past the page cache (early writeback where the file system refuses it), `fsync`,
+//! `renameat2` exchange, `flock`.
 
 use std::{
     fmt,
@@ -138,8 +139,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn try_lock(&self, path: &Path, holder: &str) -> io::Result<LockAttempt>;
 }
 
-/// The local file system: `std::fs`, `fsync` (`File::sync_all`), early writeback of large
-/// files (`sync_file_range`), `renameat2(RENAME_EXCHANGE)` and `flock`.
+/// The local file system: `std::fs`, direct I/O for the full 8 MiB chunks of large files
+/// (`O_DIRECT`, from reused aligned buffers; early writeback with `sync_file_range` where the
+/// file system refuses it), `fsync` (`File::sync_all`), `renameat2(RENAME_EXCHANGE)` and
+/// `flock`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LocalDisk;
 

@@ -24,8 +24,9 @@ pub use model::{
 };
 pub use tier::UploadRecord;
 pub use trainer::{
-    DemoConfig, DemoReport, FailedSave, Frequency, SaveErrorPolicy, SaveMode, SaveRecord, StepInfo,
-    StopOutcome, StopReport, data_loader, engine_config, fresh_model, open_engine, run,
+    DemoConfig, DemoReport, FailedSave, Frequency, PinnedSample, SaveErrorPolicy, SaveMode,
+    SaveRecord, StepInfo, StopOutcome, StopReport, data_loader, engine_config, fresh_model,
+    open_engine, run,
 };
 
 /// What can go wrong in a demo run.

@@ -263,6 +263,21 @@ pub struct DemoReport {
     /// This process's direct-I/O counters at the end of the run: reused write buffers and the
     /// bytes written past the page cache.
     pub direct_io: ckpt_core::DirectIoStats,
+    /// For each save, the state its snapshot still held handle clones of when the next
+    /// optimizer update ran (sampled just before it): what that update had to copy instead of
+    /// writing in place (host memory on Flex, device memory on wgpu).
+    pub pinned_at_next_update: Vec<PinnedSample>,
+}
+
+/// [`DemoReport::pinned_at_next_update`]: one save's sample.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct PinnedSample {
+    /// The save's step.
+    pub save_step: u64,
+    /// The step whose update followed it.
+    pub update_step: u64,
+    /// Bytes of state still held by snapshots then ([`ckpt_burn::pinned_state_bytes`]).
+    pub bytes: u64,
 }
 
 /// Progress information passed to the callback after every step.
@@ -561,6 +576,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     session.resumed_at(start);
     let mse = MseLoss::new();
     let mut final_step = cfg.steps.max(start);
+    let mut saved_before: Option<u64> = None;
 
     for step in start + 1..=cfg.steps {
         let t_step = Instant::now();
@@ -571,6 +587,13 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         let loss_value = loss.clone().try_into_scalar::<f32>().ok();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let lr = sched.step();
+        if let Some(save_step) = saved_before.take() {
+            report.pinned_at_next_update.push(PinnedSample {
+                save_step,
+                update_step: step,
+                bytes: ckpt_burn::pinned_state_bytes(),
+            });
+        }
         model = optim.step(lr, model, grads);
         let step_time = t_step.elapsed();
         report.step_ms.push(ms(step_time));
@@ -578,6 +601,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
 
         let b = session.boundary(step, step_time, target.in_flight(), Ok::<_, Error>)?;
         if b.save {
+            saved_before = Some(step);
             let trainer = TrainerState::new(step, loader.cursor(), cfg.seed);
             session.save(&mut target, step, |t, gate| {
                 capture(t, gate, cfg.save_mode, (&model, &optim, &sched), &trainer)
