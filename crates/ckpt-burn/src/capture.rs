@@ -237,6 +237,9 @@ impl OptimEncoding {
     /// Starts the encoding on a helper thread (once).
     fn start(&self) {
         let mut state = self.lock();
+        if !matches!(*state, Encoding::Waiting(..)) {
+            return;
+        }
         if let Encoding::Waiting(optim, pin) = std::mem::replace(&mut *state, Encoding::Taken) {
             let (tx, rx) = std::sync::mpsc::channel::<(ModuleOptimizer, Pin)>();
             let spawned = std::thread::Builder::new()
