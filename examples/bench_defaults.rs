@@ -28,6 +28,16 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 
+// The machine description and number helpers of the library-level report.
+#[path = "bench_report/machine.rs"]
+mod machine;
+// This report uses a few of them.
+#[allow(dead_code)]
+#[path = "bench_report/stats.rs"]
+mod stats;
+
+use stats::num;
+
 /// Flags.
 #[derive(Parser, Debug)]
 #[command(about = "The example trainer with default flags against Burn's checkpointer")]
@@ -114,31 +124,15 @@ impl Run {
             .filter_map(|s| s["stall_ms"].as_f64())
             .collect()
     }
+    fn stall_median(&self) -> f64 {
+        stats::median(&self.stalls_ms())
+    }
     fn saves(&self) -> Vec<Value> {
         self.report["saves"].as_array().cloned().unwrap_or_default()
     }
     fn state_bytes(&self) -> Option<u64> {
         self.saves().first().and_then(|s| s["bytes"].as_u64())
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn range(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo, hi)
 }
 
 /// Runs the trainer once; its peak RSS from `wait4`.
@@ -272,26 +266,6 @@ fn mb(b: f64) -> String {
     format!("{:.0} MB", b / 1e6)
 }
 
-fn ms(v: f64) -> String {
-    if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
-fn stall_cell(r: &Run) -> String {
-    let v = r.stalls_ms();
-    let (lo, hi) = range(&v);
-    format!("{} [{}-{}]", ms(median(v)), ms(lo), ms(hi))
-}
-
-fn verdict(ok: bool) -> &'static str {
-    if ok { "**met**" } else { "**not met**" }
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
     let t0 = Instant::now();
@@ -344,7 +318,7 @@ fn main() -> Result<()> {
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_before = machine::loadavg();
     let mut results = Vec::new();
     for shape in shapes {
         let go = |mode: &str, extra: &[String]| -> Result<Run> {
@@ -356,7 +330,7 @@ fn main() -> Result<()> {
                 shape.label,
                 r.wall_s,
                 mb(r.peak_rss as f64),
-                ms(median(r.stalls_ms())),
+                num(r.stall_median()),
                 bar.position()
             );
             // A hidden bar (output not a terminal) prints nothing, not even `println`.
@@ -401,7 +375,7 @@ fn main() -> Result<()> {
         });
     }
     bar.finish_and_clear();
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_after = machine::loadavg();
     let md = markdown(
         &results,
         &load_before,
@@ -440,29 +414,33 @@ fn to_json(results: &[SizeResult]) -> Value {
     )
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .next()
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|k| k.parse::<f64>().ok())
-        })
-        .map(|kib| format!("{:.0} GiB RAM", kib / (1u64 << 20) as f64))
-        .unwrap_or_default();
-    format!("{cpu}, {cores} cores, {mem}")
+/// One row of the targets table over the sizes among `labels` that ran: each one's cell, and
+/// the verdict of all of them. No row when none ran.
+fn target_row(
+    o: &mut String,
+    results: &[SizeResult],
+    labels: &[&str],
+    target: &str,
+    prefix: &str,
+    cell: impl Fn(&SizeResult) -> String,
+    ok: impl Fn(&SizeResult) -> bool,
+) {
+    let ran: Vec<&SizeResult> = results
+        .iter()
+        .filter(|s| labels.contains(&s.label))
+        .collect();
+    if ran.is_empty() {
+        return;
+    }
+    let cells: Vec<String> = ran
+        .iter()
+        .map(|s| format!("{} {}", s.label, cell(s)))
+        .collect();
+    o.push_str(&format!(
+        "| {target} | {prefix}{} | {} |\n",
+        cells.join(", "),
+        stats::verdict(ran.iter().all(|s| ok(s)))
+    ));
 }
 
 fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed_s: f64) -> String {
@@ -479,18 +457,10 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         &mut o,
         format!(
             "Generated by `cargo run --release --example bench_defaults` (after `cargo build --release --example train`) on {} ({}); load average {} before, {} after; the run took {:.1} min. Backend: Burn Flex (CPU). Raw reports of every run: [`defaults.json`](defaults.json).\n",
-            utc_now(),
-            machine(),
-            load_before
-                .split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" "),
-            load_after
-                .split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" "),
+            machine::utc_now(),
+            machine::machine(),
+            load_before,
+            load_after,
             elapsed_s / 60.0
         ),
     );
@@ -503,119 +473,67 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         &mut o,
         "| target | measured | verdict |\n|---|---|---|".into(),
     );
-    let stall_all: Vec<String> = results
-        .iter()
-        .map(|s| {
-            format!(
-                "{} {:.0}x",
-                s.label,
-                median(s.burn.stalls_ms()) / median(s.ours.stalls_ms())
-            )
-        })
-        .collect();
-    let stall_ok = results
-        .iter()
-        .all(|s| median(s.ours.stalls_ms()) * 20.0 <= median(s.burn.stalls_ms()));
-    w(
+    let all = ["10mb", "100mb", "1gb", "2gb", "4gb"];
+    target_row(
         &mut o,
-        format!(
-            "| stall ≤ 1/20 of Burn's at every size | Burn / ours: {} | {} |",
-            stall_all.join(", "),
-            verdict(stall_ok)
-        ),
+        results,
+        &all,
+        "stall ≤ 1/20 of Burn's at every size",
+        "Burn / ours: ",
+        |s| format!("{:.0}x", s.burn.stall_median() / s.ours.stall_median()),
+        |s| s.ours.stall_median() * 20.0 <= s.burn.stall_median(),
     );
-    let lost: Vec<&SizeResult> = results
-        .iter()
-        .filter(|s| ["100mb", "1gb", "4gb"].contains(&s.label))
-        .collect();
-    if !lost.is_empty() {
-        let cells: Vec<String> = lost
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {:.2}",
-                    s.label,
-                    s.lost_per_save(&s.ours) / s.lost_per_save(&s.burn)
-                )
-            })
-            .collect();
-        let ok = lost
-            .iter()
-            .all(|s| s.lost_per_save(&s.ours) * 5.0 <= s.lost_per_save(&s.burn));
-        w(
-            &mut o,
-            format!(
-                "| lost time per save ≤ 1/5 of Burn's at 100mb, 1gb, 4gb | ours / Burn: {} | {} |",
-                cells.join(", "),
-                verdict(ok)
-            ),
-        );
-    }
-    let mem: Vec<&SizeResult> = results
-        .iter()
-        .filter(|s| ["1gb", "4gb"].contains(&s.label))
-        .collect();
-    if !mem.is_empty() {
-        let cells: Vec<String> = mem
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {:.2}x the state",
-                    s.label,
-                    s.extra_rss(&s.ours) / s.state as f64
-                )
-            })
-            .collect();
-        let ok = mem
-            .iter()
-            .all(|s| s.extra_rss(&s.ours) <= s.state as f64 + 64.0 * (1 << 20) as f64);
-        w(
-            &mut o,
-            format!(
-                "| extra peak RSS ≤ 1.0x the state + 64 MiB at 1gb, 4gb | {} | {} |",
-                cells.join(", "),
-                verdict(ok)
-            ),
-        );
-    }
-    let bufs: Vec<String> = results
-        .iter()
-        .map(|s| {
+    target_row(
+        &mut o,
+        results,
+        &["100mb", "1gb", "4gb"],
+        "lost time per save ≤ 1/5 of Burn's at 100mb, 1gb, 4gb",
+        "ours / Burn: ",
+        |s| format!("{:.2}", s.lost_per_save(&s.ours) / s.lost_per_save(&s.burn)),
+        |s| s.lost_per_save(&s.ours) * 5.0 <= s.lost_per_save(&s.burn),
+    );
+    target_row(
+        &mut o,
+        results,
+        &["1gb", "4gb"],
+        "extra peak RSS ≤ 1.0x the state + 64 MiB at 1gb, 4gb",
+        "",
+        |s| format!("{:.2}x the state", s.extra_rss(&s.ours) / s.state as f64),
+        |s| s.extra_rss(&s.ours) <= s.state as f64 + 64.0 * (1 << 20) as f64,
+    );
+    target_row(
+        &mut o,
+        results,
+        &all,
+        "no staging allocation after the first save (the direct-I/O write buffers, counted)",
+        "",
+        |s| {
             let d = &s.ours.report["direct_io"];
             format!(
-                "{} {} allocated / {} reused",
-                s.label, d["buffers_allocated"], d["buffers_reused"]
+                "{} allocated / {} reused",
+                d["buffers_allocated"], d["buffers_reused"]
             )
-        })
-        .collect();
-    let bufs_ok = results.iter().all(|s| {
-        s.ours.report["direct_io"]["buffers_allocated"]
-            .as_u64()
-            .unwrap_or(u64::MAX)
-            <= 2
-    });
-    w(
-        &mut o,
-        format!(
-            "| no staging allocation after the first save (the direct-I/O write buffers, counted) | {} | {} |",
-            bufs.join(", "),
-            verdict(bufs_ok)
-        ),
+        },
+        |s| {
+            s.ours.report["direct_io"]["buffers_allocated"]
+                .as_u64()
+                .is_some_and(|n| n <= 2)
+        },
     );
     for s in results {
         for (f, r) in &s.budgets {
-            let st = median(r.stalls_ms()) <= median(s.burn.stalls_ms());
+            let st = r.stall_median() <= s.burn.stall_median();
             let lo = s.lost_per_save(r) <= s.lost_per_save(&s.burn);
             w(
                 &mut o,
                 format!(
                     "| budget {f}x the state at {}: stall and lost time ≤ Burn's | stall {} ms vs {} ms; lost/save {:.2} s vs {:.2} s | {} |",
                     s.label,
-                    ms(median(r.stalls_ms())),
-                    ms(median(s.burn.stalls_ms())),
+                    num(r.stall_median()),
+                    num(s.burn.stall_median()),
                     s.lost_per_save(r),
                     s.lost_per_save(&s.burn),
-                    verdict(st && lo)
+                    stats::verdict(st && lo)
                 ),
             );
         }
@@ -633,10 +551,10 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
                 mb(s.state as f64),
                 s.shape,
                 s.ours.saves().len(),
-                stall_cell(&s.ours),
-                stall_cell(&s.burn),
-                ms(s.lost_per_save(&s.ours) * 1e3),
-                ms(s.lost_per_save(&s.burn) * 1e3),
+                stats::med_range(&s.ours.stalls_ms()),
+                stats::med_range(&s.burn.stalls_ms()),
+                num(s.lost_per_save(&s.ours) * 1e3),
+                num(s.lost_per_save(&s.burn) * 1e3),
                 s.lost_per_save(&s.ours) / s.lost_per_save(&s.burn),
                 mb(s.extra_rss(&s.ours)),
                 s.extra_rss(&s.ours) / s.state as f64,
@@ -665,10 +583,10 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
             format!(
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 s.label,
-                ms(l["during_training_ms"].as_f64().unwrap_or(f64::NAN)),
-                ms(l["final_wait_ms"].as_f64().unwrap_or(f64::NAN)),
-                ms(median(persists)),
-                ms(l["per_save_ms"].as_f64().unwrap_or(f64::NAN)),
+                num(l["during_training_ms"].as_f64().unwrap_or(f64::NAN)),
+                num(l["final_wait_ms"].as_f64().unwrap_or(f64::NAN)),
+                num(stats::median(&persists)),
+                num(l["per_save_ms"].as_f64().unwrap_or(f64::NAN)),
                 mb(d["direct_bytes"].as_f64().unwrap_or(0.0)),
                 mb(d["buffered_bytes"].as_f64().unwrap_or(0.0)),
             ),
@@ -715,9 +633,9 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
                             .as_array()
                             .map(|a| a.len())
                             .unwrap_or(0),
-                        stall_cell(r),
+                        stats::med_range(&r.stalls_ms()),
                         s.lost_per_save(r),
-                        median(r.stalls_ms()) / median(s.burn.stalls_ms()),
+                        r.stall_median() / s.burn.stall_median(),
                         s.lost_per_save(r) / s.lost_per_save(&s.burn),
                         mb(s.extra_rss(r)),
                         s.extra_rss(r) / s.state as f64
@@ -728,13 +646,4 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         w(&mut o, "".into());
     }
     o
-}
-
-fn utc_now() -> String {
-    let out = Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output();
-    out.ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }
