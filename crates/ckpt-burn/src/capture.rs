@@ -234,31 +234,35 @@ impl OptimEncoding {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the encoding on a helper thread (once).
+    /// Starts the encoding on a helper thread (once; a later call does nothing).
     fn start(&self) {
         let mut state = self.lock();
-        if !matches!(*state, Encoding::Waiting(..)) {
-            return;
-        }
-        if let Encoding::Waiting(optim, pin) = std::mem::replace(&mut *state, Encoding::Taken) {
-            let (tx, rx) = std::sync::mpsc::channel::<(ModuleOptimizer, Pin)>();
-            let spawned = std::thread::Builder::new()
-                .name("ckpt-optim-encode".into())
-                .spawn(move || match rx.recv() {
-                    Ok((optim, pin)) => encode_record(optim, Some(pin)),
-                    Err(_) => Err("the optimizer state never reached its encoder".into()),
-                });
-            *state = match spawned {
-                Ok(handle) => match tx.send((optim, pin)) {
-                    Ok(()) => Encoding::Running(handle),
-                    Err(back) => Encoding::Waiting(back.0.0, back.0.1),
-                },
-                Err(e) => {
-                    tracing::debug!(error = %e, "no encoder thread: the optimizer record is encoded inline");
-                    Encoding::Waiting(optim, pin)
-                }
-            };
-        }
+        let (optim, pin) = match std::mem::replace(&mut *state, Encoding::Taken) {
+            Encoding::Waiting(optim, pin) => (optim, pin),
+            // Running or taken: put it back as it was.
+            other => {
+                *state = other;
+                return;
+            }
+        };
+        // The state travels by channel, so a failed spawn hands it back for the inline path.
+        let (tx, rx) = std::sync::mpsc::channel::<(ModuleOptimizer, Pin)>();
+        let spawned = std::thread::Builder::new()
+            .name("ckpt-optim-encode".into())
+            .spawn(move || match rx.recv() {
+                Ok((optim, pin)) => encode_record(optim, Some(pin)),
+                Err(_) => Err("the optimizer state never reached its encoder".into()),
+            });
+        *state = match spawned {
+            Ok(handle) => match tx.send((optim, pin)) {
+                Ok(()) => Encoding::Running(handle),
+                Err(back) => Encoding::Waiting(back.0.0, back.0.1),
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, "no encoder thread: the optimizer record is encoded inline");
+                Encoding::Waiting(optim, pin)
+            }
+        };
     }
 
     /// The encoded record: the helper thread's, or encoded now if it was never started.

@@ -21,7 +21,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::writeback::WritebackFile;
 
@@ -48,31 +48,47 @@ pub struct DirectIoStats {
     pub refused_files: u64,
 }
 
-struct Pool {
-    free: Vec<AlignedBuf>,
-    stats: DirectIoStats,
+/// Free aligned buffers, for reuse by later files.
+static FREE: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
+
+/// The counters behind [`direct_io_stats`]: atomics, so the write path takes no lock.
+struct Counters {
+    buffers_allocated: AtomicU64,
+    buffers_reused: AtomicU64,
+    direct_bytes: AtomicU64,
+    buffered_bytes: AtomicU64,
+    refused_files: AtomicU64,
 }
 
-static POOL: Mutex<Pool> = Mutex::new(Pool {
-    free: Vec::new(),
-    stats: DirectIoStats {
-        buffers_allocated: 0,
-        buffers_reused: 0,
-        direct_bytes: 0,
-        buffered_bytes: 0,
-        refused_files: 0,
-    },
-});
+static COUNTERS: Counters = Counters {
+    buffers_allocated: AtomicU64::new(0),
+    buffers_reused: AtomicU64::new(0),
+    direct_bytes: AtomicU64::new(0),
+    buffered_bytes: AtomicU64::new(0),
+    refused_files: AtomicU64::new(0),
+};
+
+fn count(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
 
 static REFUSAL_REPORTED: AtomicBool = AtomicBool::new(false);
 
-fn pool() -> std::sync::MutexGuard<'static, Pool> {
-    POOL.lock().unwrap_or_else(|e| e.into_inner())
+fn free_list() -> std::sync::MutexGuard<'static, Vec<AlignedBuf>> {
+    FREE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The direct-write counters of this process.
 pub fn direct_io_stats() -> DirectIoStats {
-    pool().stats
+    let c = &COUNTERS;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    DirectIoStats {
+        buffers_allocated: get(&c.buffers_allocated),
+        buffers_reused: get(&c.buffers_reused),
+        direct_bytes: get(&c.direct_bytes),
+        buffered_bytes: get(&c.buffered_bytes),
+        refused_files: get(&c.refused_files),
+    }
 }
 
 /// A [`CHUNK`]-byte window of a heap buffer that starts on an [`ALIGN`] boundary.
@@ -83,13 +99,11 @@ struct AlignedBuf {
 
 impl AlignedBuf {
     fn take() -> Self {
-        let mut pool = pool();
-        if let Some(buf) = pool.free.pop() {
-            pool.stats.buffers_reused += 1;
+        if let Some(buf) = free_list().pop() {
+            count(&COUNTERS.buffers_reused, 1);
             return buf;
         }
-        pool.stats.buffers_allocated += 1;
-        drop(pool);
+        count(&COUNTERS.buffers_allocated, 1);
         // A non-zero fill touches every page now, not on the first save's copies.
         let raw = vec![0xA5u8; CHUNK + ALIGN];
         let offset = raw.as_ptr().align_offset(ALIGN);
@@ -97,9 +111,9 @@ impl AlignedBuf {
     }
 
     fn give_back(self) {
-        let mut pool = pool();
-        if pool.free.len() < KEEP_FREE {
-            pool.free.push(self);
+        let mut free = free_list();
+        if free.len() < KEEP_FREE {
+            free.push(self);
         }
     }
 
@@ -256,12 +270,12 @@ fn write_chunk(file: &mut File, path: &Path, data: &[u8], direct: &mut bool) -> 
             Err(e) => return Err(e),
         }
     }
-    let mut pool = pool();
-    if *direct {
-        pool.stats.direct_bytes += data.len() as u64;
+    let counter = if *direct {
+        &COUNTERS.direct_bytes
     } else {
-        pool.stats.buffered_bytes += data.len() as u64;
-    }
+        &COUNTERS.buffered_bytes
+    };
+    count(counter, data.len() as u64);
     Ok(())
 }
 
@@ -314,7 +328,7 @@ impl DirectFile {
         if self.mode == Mode::Buffered {
             if let Some(buf) = self.buf.as_ref() {
                 self.inner.write_all(&buf.bytes()[..len])?;
-                pool().stats.buffered_bytes += len as u64;
+                count(&COUNTERS.buffered_bytes, len as u64);
             }
             return Ok(());
         }
@@ -339,7 +353,7 @@ impl DirectFile {
 
 /// Counts a file whose file system refused direct I/O, and reports the first.
 fn refused(path: &Path, e: &io::Error) {
-    pool().stats.refused_files += 1;
+    count(&COUNTERS.refused_files, 1);
     if !REFUSAL_REPORTED.swap(true, Ordering::Relaxed) {
         tracing::info!(
                 path = %path.display(),
@@ -392,7 +406,7 @@ impl Write for DirectFile {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         if self.mode == Mode::Buffered && self.filled == 0 {
             let n = self.inner.write(data)?;
-            pool().stats.buffered_bytes += n as u64;
+            count(&COUNTERS.buffered_bytes, n as u64);
             return Ok(n);
         }
         let filled = self.filled;
@@ -429,7 +443,7 @@ impl Write for DirectFile {
         self.mode = Mode::Buffered;
         if !tail.is_empty() {
             self.inner.write_all(&tail)?;
-            pool().stats.buffered_bytes += tail.len() as u64;
+            count(&COUNTERS.buffered_bytes, tail.len() as u64);
         }
         if let Some(buf) = self.buf.take() {
             buf.give_back();
