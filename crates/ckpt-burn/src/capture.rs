@@ -3,17 +3,26 @@
 //! Burn tensors are reference-counted and copy-on-write: while a clone of a handle is alive,
 //! the next update allocates a new buffer instead of writing in place. [`FrozenState::capture`]
 //! therefore only clones the model, the [`ModuleOptimizer`] (handles), the scheduler record
-//! (a few scalars) and the trainer state; that is the whole stall. The records are taken from
-//! the clones and encoded to burnpack later, on the persist thread, by the part producers of
-//! [`FrozenState::into_snapshot`], and still hold the step-k values (verified on Flex and on
-//! the CubeCL path through wgpu). [`FrozenState::encode`] is the blocking path: the same bytes,
-//! produced on the calling thread.
+//! (a few scalars) and the trainer state; that is the whole stall.
 //!
-//! Encoding streams ([`crate::pack::write_pack`]): the model's tensors are drawn one at a
-//! time from handle clones and released once written, and the optimizer record (Burn's only
-//! public view of optimizer state, which it materializes whole) is encoded once and streamed
-//! out in the canonical name-sorted layout. No part is ever held as a second whole-file
-//! buffer, so a save's memory is the held handles plus the optimizer record.
+//! [`FrozenState::into_snapshot`] then *stages* the state to host memory on a helper thread
+//! (`ckpt-stage`, started from the calling thread so it runs at the trainer's priority, not the
+//! persist thread's): each model tensor is copied out (a device read forced on CubeCL) and its
+//! handle dropped, then Burn's optimizer record is taken and, where its data are host memory,
+//! the optimizer's handles are dropped at once. Most of the state is thus released before the
+//! next optimizer update, which then writes in place: no copy-on-write of held tensors, and on
+//! a GPU no device memory held for the whole persist. The persist thread writes from the staged
+//! copies (a tensor it reaches before the helper is drawn from its handle directly). The
+//! snapshot still holds the step-k values (verified on Flex and on the CubeCL path through
+//! wgpu). [`FrozenState::encode`] is the blocking path: the same bytes, produced on the calling
+//! thread.
+//!
+//! Encoding streams ([`crate::pack::write_pack`]): the model's tensors are written one at a
+//! time and each staged copy is freed once written; the optimizer record (Burn's only public
+//! view of optimizer state, which it materializes whole) is encoded once (`into_bytes`, which
+//! frees the record tensor by tensor as it fills its buffer) and streamed out in the canonical
+//! name-sorted layout. A save's memory is therefore about one copy of the state: the model's
+//! staged tensors not yet written plus the optimizer record.
 
 use std::{io::Write, path::PathBuf, time::Instant};
 
@@ -83,13 +92,98 @@ pub fn encode_model<M: Module>(model: M) -> Result<Vec<u8>> {
 /// A tensor's bytes, taken once, when the writer draws it.
 type Draw = Box<dyn FnOnce() -> burn::tensor::TensorData + Send>;
 
-/// Collects a module's parameters as deferred burnpack tensors that hold handle clones, named
-/// and ordered exactly as `Module::into_record` records them (module path, `on_save` form).
+/// Where one model tensor of a snapshot is: its handle (counted in [`PINNED`] when the save is
+/// a background one), its staged host copy, or already taken by the writer.
+enum Slot {
+    Held(Draw, Option<Pin>),
+    Staged(burn::tensor::Bytes),
+    Taken,
+}
+
+/// A slot shared by the writer and the staging helper.
+type SharedSlot = std::sync::Arc<std::sync::Mutex<Slot>>;
+
+fn lock_slot(slot: &SharedSlot) -> std::sync::MutexGuard<'_, Slot> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Host bytes for `bytes`: a lazy device read (CubeCL) is forced into a host buffer of its own
+/// so that nothing of the device allocation is kept. The flag says whether it was one.
+fn host_bytes(bytes: burn::tensor::Bytes) -> (burn::tensor::Bytes, bool) {
+    if bytes.property() == burn::tensor::AllocationProperty::Device {
+        (burn::tensor::Bytes::from_bytes_vec(bytes.to_vec()), true)
+    } else {
+        (bytes, false)
+    }
+}
+
+/// Copies a held tensor to host memory and releases its handle (and its share of
+/// [`PINNED`]). Returns whether its data lived on a device, or `None` where the slot was
+/// already staged or taken (it is left as it is).
+fn stage_slot(slot: &SharedSlot) -> Option<bool> {
+    let mut guard = lock_slot(slot);
+    let (draw, pin) = match std::mem::replace(&mut *guard, Slot::Taken) {
+        Slot::Held(draw, pin) => (draw, pin),
+        // Staged or taken: put it back as it was.
+        other => {
+            *guard = other;
+            return None;
+        }
+    };
+    let (bytes, on_device) = host_bytes(draw().into_bytes());
+    *guard = Slot::Staged(bytes);
+    drop(pin);
+    Some(on_device)
+}
+
+/// One model tensor, named and ordered exactly as `Module::into_record` records it.
+struct Entry {
+    name: String,
+    dtype: burn::tensor::DType,
+    shape: burn::tensor::Shape,
+    id: Option<u64>,
+    len: usize,
+    slot: SharedSlot,
+}
+
+impl Entry {
+    /// The burnpack tensor whose bytes are taken from the slot when the writer draws it: the
+    /// staged copy, else the handle, read now.
+    fn into_pack_tensor(self) -> burn_pack::Tensor {
+        let Entry {
+            name,
+            dtype,
+            shape,
+            id,
+            len,
+            slot,
+        } = self;
+        burn_pack::Tensor::deferred(
+            name,
+            dtype,
+            shape,
+            id,
+            len,
+            move || match std::mem::replace(&mut *lock_slot(&slot), Slot::Taken) {
+                Slot::Staged(bytes) => Ok(bytes),
+                Slot::Held(draw, pin) => {
+                    let data = draw();
+                    drop(pin);
+                    Ok(data.into_bytes())
+                }
+                Slot::Taken => Err(burn_pack::Error::IoError("tensor drawn twice".into())),
+            },
+        )
+    }
+}
+
+/// Collects a module's parameters as [`Entry`]s holding handle clones, named and ordered
+/// exactly as `Module::into_record` records them (module path, `on_save` form).
 #[derive(Default)]
 struct DeferredCollector {
     path: Vec<String>,
-    tensors: Vec<burn_pack::Tensor>,
-    /// Count each handle in [`PINNED`] until it is drawn.
+    entries: Vec<Entry>,
+    /// Count each handle in [`PINNED`] until it is staged or drawn.
     pin: bool,
 }
 
@@ -97,26 +191,31 @@ impl DeferredCollector {
     fn push(&mut self, id: ParamId, dtype: burn::tensor::DType, shape: Vec<usize>, draw: Draw) {
         let name = self.path.join(".");
         let id = Some(id.val());
-        let tensor = if matches!(dtype, burn::tensor::DType::QFloat(_)) {
+        let entry = if matches!(dtype, burn::tensor::DType::QFloat(_)) {
             // Packed quantized data has no size formula: take it now.
             let (bytes, shape, dtype) = draw().into_parts();
-            burn_pack::Tensor::new(name, dtype, shape, id, bytes)
+            let (bytes, _) = host_bytes(bytes);
+            Entry {
+                name,
+                dtype,
+                shape,
+                id,
+                len: bytes.len(),
+                slot: std::sync::Arc::new(std::sync::Mutex::new(Slot::Staged(bytes))),
+            }
         } else {
             let len = shape.iter().product::<usize>() * dtype.size();
             let pin = self.pin.then(|| Pin::new(len as u64));
-            let slot = std::sync::Mutex::new(Some((draw, pin)));
-            burn_pack::Tensor::deferred(name, dtype, shape, id, len, move || {
-                let (draw, pin) = slot
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take()
-                    .ok_or_else(|| burn_pack::Error::IoError("tensor drawn twice".into()))?;
-                let data = draw();
-                drop(pin);
-                Ok(data.into_bytes())
-            })
+            Entry {
+                name,
+                dtype,
+                shape: shape.into(),
+                id,
+                len,
+                slot: std::sync::Arc::new(std::sync::Mutex::new(Slot::Held(draw, pin))),
+            }
         };
-        self.tensors.push(tensor);
+        self.entries.push(entry);
     }
 }
 
@@ -144,6 +243,31 @@ impl ModuleVisitor for DeferredCollector {
     }
 }
 
+/// `model`'s parameters as entries holding handle clones (counted in [`PINNED`] when `pin`).
+/// `model` is dropped, so a tensor the trainer has since replaced is held only here.
+fn collect_model<M: Module>(model: M, pin: bool) -> Vec<Entry> {
+    let mut collector = DeferredCollector {
+        pin,
+        ..Default::default()
+    };
+    model.visit(&mut collector);
+    drop(model);
+    collector.entries
+}
+
+/// Streams the model record of `entries` into `sink`: the bytes of
+/// `model.into_record().save(..)`, one tensor at a time, each freed once written.
+fn write_entries(entries: Vec<Entry>, sink: &mut dyn Write) -> std::result::Result<u64, BoxError> {
+    let tensors = entries.into_iter().map(Entry::into_pack_tensor).collect();
+    let none = std::collections::BTreeMap::new();
+    Ok(write_pack(
+        tensors,
+        &none,
+        &std::collections::BTreeMap::new(),
+        sink,
+    )?)
+}
+
 /// Streams `model`'s record into `sink`: the bytes of `model.into_record().save(..)`, drawn
 /// one tensor at a time. `model` is dropped first, so a tensor the trainer has since replaced
 /// is held only here, read without a copy and freed once written.
@@ -151,29 +275,7 @@ pub(crate) fn write_model<M: Module>(
     model: M,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    write_model_counted(model, sink, false)
-}
-
-/// [`write_model`], counting each held tensor in [`pinned_state_bytes`] until it is drawn
-/// when `pin` is set.
-fn write_model_counted<M: Module>(
-    model: M,
-    sink: &mut dyn Write,
-    pin: bool,
-) -> std::result::Result<u64, BoxError> {
-    let mut collector = DeferredCollector {
-        pin,
-        ..Default::default()
-    };
-    model.visit(&mut collector);
-    drop(model);
-    let none = std::collections::BTreeMap::new();
-    Ok(write_pack(
-        collector.tensors,
-        &none,
-        &std::collections::BTreeMap::new(),
-        sink,
-    )?)
+    write_entries(collect_model(model, false), sink)
 }
 
 /// Streams `optim`'s record into `sink` in the canonical (name-sorted) layout. Burn's
@@ -186,7 +288,7 @@ pub(crate) fn write_optimizer(
     optim: ModuleOptimizer,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    write_canonical_optimizer(encode_record(optim, None)?, sink)
+    write_canonical_optimizer(encode_record(optim)?, sink)
 }
 
 /// Streams Burn-encoded optimizer-record bytes (tensors in Burn's `HashMap` order) into `sink`
@@ -203,75 +305,123 @@ pub(crate) fn write_canonical_optimizer(
     Ok(write_pack(tensors, &metadata, &scalars, sink)?)
 }
 
-/// The optimizer record's encoding, run on a helper thread from the moment the persist thread
-/// starts on a save (or inline, where no thread can be started).
-struct OptimEncoding(std::sync::Mutex<Encoding>);
+/// Failpoint (the `fail` crate, compiled in only where `fail/failpoints` is enabled) at the
+/// start of a background save's staging helper: tests hold staging back with `sleep(ms)` so
+/// that the persist reads handles the trainer has moved past.
+pub const STAGE_FAILPOINT: &str = "ckpt_burn::stage";
+
+/// A background save's staging, run on the `ckpt-stage` helper thread from the moment the
+/// snapshot is made (or inline by the writer, where no thread can be started).
+struct Staging(std::sync::Mutex<Encoding>);
+
+/// What the helper is given: the model's slots, the optimizer's handles, and their pin.
+struct StageJob {
+    slots: Vec<SharedSlot>,
+    optim: ModuleOptimizer,
+    pin: Pin,
+    /// Whether the model's parameters all live on one device.
+    one_device: bool,
+}
 
 enum Encoding {
-    Waiting(ModuleOptimizer, Pin),
+    Waiting(StageJob),
     Running(std::thread::JoinHandle<std::result::Result<burn::tensor::Bytes, BoxError>>),
     Taken,
 }
 
+impl StageJob {
+    /// Stages the model's tensors to host memory, then takes and encodes Burn's record of the
+    /// optimizer. The model goes first: each tensor staged releases its handle at once, where
+    /// the record releases nothing until it is whole, so more of the state is released by any
+    /// given moment. The optimizer's handles are dropped as soon as the record is taken when
+    /// the state is host memory (Flex: learned from the model tensors staged, on a model that
+    /// lives on one device). On a device backend the record's data are lazy device reads, so
+    /// the handles are kept until the record is encoded: a handle released earlier would let
+    /// the next update write in place into a buffer the record still has to read.
+    fn run(self) -> std::result::Result<burn::tensor::Bytes, BoxError> {
+        fail::fail_point!(STAGE_FAILPOINT);
+        let StageJob {
+            slots,
+            optim,
+            pin,
+            one_device,
+        } = self;
+        // With no tensor staged here (the writer got to them all first), assume a device.
+        let (mut staged, mut on_device) = (false, false);
+        for slot in &slots {
+            if let Some(device) = stage_slot(slot) {
+                staged = true;
+                on_device |= device;
+            }
+        }
+        drop(slots);
+        let host = staged && !on_device && one_device;
+        let record = optim.to_record();
+        // Host data: the handles and their pin go now (`then_some` drops them when false).
+        let held = (!host).then_some((optim, pin));
+        let bytes = record.into_bytes()?;
+        drop(held);
+        Ok(bytes)
+    }
+}
+
 /// Burn's record of `optim`, encoded; `optim` (its handles) is dropped only once the bytes are
-/// read (see [`write_optimizer`]), and with it its share of [`pinned_state_bytes`].
-fn encode_record(
-    optim: ModuleOptimizer,
-    pin: Option<Pin>,
-) -> std::result::Result<burn::tensor::Bytes, BoxError> {
+/// read (see [`write_optimizer`]).
+fn encode_record(optim: ModuleOptimizer) -> std::result::Result<burn::tensor::Bytes, BoxError> {
     let bytes = optim.to_record().into_bytes()?;
     drop(optim);
-    drop(pin);
     Ok(bytes)
 }
 
-impl OptimEncoding {
-    fn new(optim: ModuleOptimizer, pin: Pin) -> Self {
-        Self(std::sync::Mutex::new(Encoding::Waiting(optim, pin)))
+impl Staging {
+    fn new(job: StageJob) -> Self {
+        Self(std::sync::Mutex::new(Encoding::Waiting(job)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Encoding> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the encoding on a helper thread (once; a later call does nothing).
+    /// Starts the staging on a helper thread, which inherits the calling thread's scheduling
+    /// priority (once; a later call does nothing).
     fn start(&self) {
         let mut state = self.lock();
-        let (optim, pin) = match std::mem::replace(&mut *state, Encoding::Taken) {
-            Encoding::Waiting(optim, pin) => (optim, pin),
+        let job = match std::mem::replace(&mut *state, Encoding::Taken) {
+            Encoding::Waiting(job) => job,
             // Running or taken: put it back as it was.
             other => {
                 *state = other;
                 return;
             }
         };
-        // The state travels by channel, so a failed spawn hands it back for the inline path.
-        let (tx, rx) = std::sync::mpsc::channel::<(ModuleOptimizer, Pin)>();
+        // The job travels by channel, so a failed spawn hands it back for the inline path.
+        let (tx, rx) = std::sync::mpsc::channel::<StageJob>();
         let spawned = std::thread::Builder::new()
-            .name("ckpt-optim-encode".into())
+            .name("ckpt-stage".into())
             .spawn(move || match rx.recv() {
-                Ok((optim, pin)) => encode_record(optim, Some(pin)),
-                Err(_) => Err("the optimizer state never reached its encoder".into()),
+                Ok(job) => job.run(),
+                Err(_) => Err("the state never reached its staging thread".into()),
             });
         *state = match spawned {
-            Ok(handle) => match tx.send((optim, pin)) {
+            Ok(handle) => match tx.send(job) {
                 Ok(()) => Encoding::Running(handle),
-                Err(back) => Encoding::Waiting(back.0.0, back.0.1),
+                Err(back) => Encoding::Waiting(back.0),
             },
             Err(e) => {
-                tracing::debug!(error = %e, "no encoder thread: the optimizer record is encoded inline");
-                Encoding::Waiting(optim, pin)
+                tracing::debug!(error = %e, "no staging thread: the state is read by the persist thread");
+                Encoding::Waiting(job)
             }
         };
     }
 
-    /// The encoded record: the helper thread's, or encoded now if it was never started.
+    /// The encoded optimizer record: the helper thread's, or staged and encoded now if it was
+    /// never started.
     fn bytes(&self) -> std::result::Result<burn::tensor::Bytes, BoxError> {
         match std::mem::replace(&mut *self.lock(), Encoding::Taken) {
-            Encoding::Waiting(optim, pin) => encode_record(optim, Some(pin)),
+            Encoding::Waiting(job) => job.run(),
             Encoding::Running(handle) => handle
                 .join()
-                .map_err(|_| BoxError::from("the optimizer encoder panicked"))?,
+                .map_err(|_| BoxError::from("the staging thread panicked"))?,
             Encoding::Taken => Err("the optimizer record was taken twice".into()),
         }
     }
@@ -316,11 +466,12 @@ pub fn encode_scheduler(record: LrSchedulerRecord) -> Result<Vec<u8>> {
 pub fn save_memory(model: u64, optim_bytes: Option<u64>) -> SaveMemory {
     let optim = optim_bytes.unwrap_or(2 * model);
     SaveMemory {
-        // The persist thread writes the model while a helper encodes the optimizer record:
-        // the model's tensors drawn so far, Burn's record of the moments (`to_record` copies
-        // them out) and the buffer `into_bytes` encodes it into are held at once. Measured:
-        // 1.67-1.74x the state with AdamW at 1-4 GB (docs/perf/DEFAULTS.md).
-        background: model + 2 * optim,
+        // The staging helper copies the model's tensors out and releases their handles, then
+        // takes Burn's record of the moments (`to_record` copies them out) and releases the
+        // optimizer's handles; `into_bytes` frees the record tensor by tensor as it fills its
+        // buffer. One copy of the state at most, freed as it is written; more only when an
+        // update runs before the helper got to a tensor (it is then copied on write).
+        background: model + optim,
         // While the trainer waits nothing is replaced, but the model's tensors are copied
         // out one at a time (they are shared with the live model) and the optimizer record
         // is materialized; the allocator keeps much of the freed copies, so count both.
@@ -434,8 +585,10 @@ impl<M: Module + 'static> FrozenState<M> {
         self.capture_time
     }
 
-    /// A snapshot whose model and optimizer parts are encoded later, on the persist thread,
-    /// from the frozen clones. The capture time is recorded as the snapshot's stall. The parts
+    /// A snapshot whose model and optimizer parts are staged to host memory by a helper thread
+    /// started here (see the module docs) and written later by the persist thread. The time
+    /// spent here (collecting the handles, starting the helper) is added to the capture time,
+    /// recorded as the snapshot's stall. The parts
     /// declare what they hold ([`Snapshot::holding`]) for an optimizer record of the AdamW
     /// size; see [`Self::into_snapshot_sized`].
     pub fn into_snapshot(self) -> Snapshot {
@@ -444,10 +597,9 @@ impl<M: Module + 'static> FrozenState<M> {
 
     /// [`Self::into_snapshot`] for an optimizer record of `optim_bytes` (the previous
     /// checkpoint's; `None`: two moments per parameter). The model part holds the model's
-    /// bytes until written (training copies every updated tensor still held); the optimizer
-    /// part holds twice the record until written (Burn's `to_record` copies the moments out
-    /// and its `into_bytes` encodes them into one more buffer: the public API has no streaming
-    /// path).
+    /// bytes until written (staged copies, or handles an update copies on write); the optimizer
+    /// part holds the record until written (Burn's `to_record` copies the moments out and its
+    /// `into_bytes` moves them into one buffer: the public API has no streaming path).
     pub fn into_snapshot_sized(self, optim_bytes: Option<u64>) -> Snapshot {
         let model_bytes = self.model_bytes();
         let optim_bytes = optim_bytes.unwrap_or(2 * model_bytes);
@@ -460,22 +612,28 @@ impl<M: Module + 'static> FrozenState<M> {
             ..
         } = self;
         let t0 = Instant::now();
-        // The model part is written first and starts the optimizer's encoding on a helper
-        // thread, so the disk writes the model while Burn's record is read into one buffer.
-        // Both finish long before the next optimizer update on a save the persist thread takes
-        // at once: the model's and the moments' handles are released in time, nothing is
-        // copied on write, and only the record's buffer is held until written.
-        let model_pin = Pin::new(model_bytes);
-        let encoding = std::sync::Arc::new(OptimEncoding::new(optim, Pin::new(optim_bytes)));
-        let starter = encoding.clone();
+        // Staging starts now, on a helper thread that inherits this (the trainer's) priority:
+        // the model's tensors are copied out and their handles released, then the optimizer's
+        // record is taken (see [`StageJob::run`]), while the persist thread writes the model
+        // from the staged copies. The start is idempotent: the model part tries again in case
+        // no thread could be started here.
+        let one_device = model.devices().len() <= 1;
+        let entries = collect_model(model, true);
+        let slots = entries.iter().map(|e| e.slot.clone()).collect();
+        let staging = std::sync::Arc::new(Staging::new(StageJob {
+            slots,
+            optim,
+            pin: Pin::new(optim_bytes),
+            one_device,
+        }));
+        staging.start();
+        let starter = staging.clone();
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             starter.start();
-            // From here each tensor is counted until it is drawn.
-            drop(model_pin);
-            write_model_counted(model, sink, true).map(drop)
+            write_entries(entries, sink).map(drop)
         };
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            write_canonical_optimizer(encoding.bytes()?, sink).map(drop)
+            write_canonical_optimizer(staging.bytes()?, sink).map(drop)
         };
         let sched_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             let bytes = scheduler.into_bytes()?;
@@ -487,7 +645,7 @@ impl<M: Module + 'static> FrozenState<M> {
             .with_producer(MODEL_FILE, model_part)
             .holding(model_bytes)
             .with_producer(OPTIM_FILE, optim_part)
-            .holding(2 * optim_bytes)
+            .holding(optim_bytes)
             .with_producer(SCHEDULER_FILE, sched_part)
             .with_bytes(TRAINER_FILE, trainer.to_bytes());
         snap.with_capture_time(capture_time + t0.elapsed())

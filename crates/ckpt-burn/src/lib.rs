@@ -28,9 +28,9 @@ pub mod stop;
 pub mod strategy;
 
 pub use capture::{
-    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids,
-    canonicalize_optimizer_bytes, encode_model, encode_optimizer, encode_scheduler,
-    pinned_state_bytes, save_memory, step_seed,
+    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT,
+    assign_param_ids, canonicalize_optimizer_bytes, encode_model, encode_optimizer,
+    encode_scheduler, pinned_state_bytes, save_memory, step_seed,
 };
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use error::{Error, Result};

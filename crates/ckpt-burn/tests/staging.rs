@@ -1,0 +1,77 @@
+//! A background save stages the state to host memory by itself: every handle its snapshot
+//! holds is released before anything is persisted, so the next optimizer update writes in
+//! place, and what the snapshot writes later is still the state of the step it was taken at.
+//!
+//! One test in this binary: it reads the process-wide [`pinned_state_bytes`] counter, which
+//! another test's snapshots would move.
+
+use std::time::{Duration, Instant};
+
+use ckpt_burn::{
+    FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, pinned_state_bytes,
+};
+use ckpt_core::{Engine, EngineConfig, checkpoint_dir_name};
+use ckpt_demo::perf::{StateSize, TrainState};
+
+#[test]
+fn staging_releases_the_state_before_the_persist_and_still_writes_the_captured_step() {
+    let mut st = TrainState::new(StateSize {
+        label: "tiny",
+        hidden: 64,
+        layers: 3,
+    })
+    .unwrap();
+    st.train_step();
+    let step = st.step;
+    let freeze =
+        |st: &TrainState| FrozenState::capture(&st.model, &st.optim, &st.sched, st.trainer());
+    let want = freeze(&st).encode().unwrap();
+    assert_eq!(pinned_state_bytes(), 0, "a blocking encode pins nothing");
+
+    let frozen = freeze(&st);
+    let state = frozen.model_bytes() * 3;
+    let snapshot = frozen.into_snapshot();
+    assert!(
+        snapshot.held_bytes() >= state,
+        "{} < {state}",
+        snapshot.held_bytes()
+    );
+
+    // Nothing persists this snapshot yet; its staging alone must give every handle back.
+    let t0 = Instant::now();
+    while pinned_state_bytes() != 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{} bytes still pinned, with no persist running",
+            pinned_state_bytes()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+
+    // The trainer moves on; with no clone left, AdamW updates its moments in place.
+    for _ in 0..3 {
+        st.train_step();
+    }
+    let later = freeze(&st).encode().unwrap();
+    assert_ne!(later.model, want.model, "training did not move the model");
+    assert_ne!(
+        later.optim, want.optim,
+        "training did not move the optimizer"
+    );
+
+    let root = tempfile::tempdir().unwrap();
+    let (mut engine, _) = Engine::open(EngineConfig::new(root.path())).unwrap();
+    engine.submit(snapshot).unwrap();
+    engine.wait_idle().unwrap();
+    let dir = root.path().join(checkpoint_dir_name(step));
+    for (file, bytes) in [
+        (MODEL_FILE, &want.model),
+        (OPTIM_FILE, &want.optim),
+        (SCHEDULER_FILE, &want.scheduler),
+        (TRAINER_FILE, &want.trainer),
+    ] {
+        let got = std::fs::read(dir.join(file)).unwrap();
+        assert!(&got == bytes, "{file} is not the step-{step} state");
+    }
+    assert_eq!(pinned_state_bytes(), 0);
+}
