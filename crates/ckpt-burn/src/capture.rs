@@ -30,7 +30,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Int, Tensor};
-use ckpt_core::{SaveMemory, Snapshot};
+use ckpt_core::{SaveMemory, SaveRoute, Snapshot};
 
 use crate::data::mix_seed;
 use crate::pack::write_pack;
@@ -321,6 +321,9 @@ struct StageJob {
     pin: Pin,
     /// Whether the model's parameters all live on one device.
     one_device: bool,
+    /// Whether to stage every model tensor, or only the first (to learn where the state
+    /// lives) and leave the rest to the writer, for a save the trainer waits on.
+    stage_model: bool,
 }
 
 enum Encoding {
@@ -345,10 +348,14 @@ impl StageJob {
             optim,
             pin,
             one_device,
+            stage_model,
         } = self;
         // With no tensor staged here (the writer got to them all first), assume a device.
         let (mut staged, mut on_device) = (false, false);
         for slot in &slots {
+            if staged && !stage_model {
+                break;
+            }
             if let Some(device) = stage_slot(slot) {
                 staged = true;
                 on_device |= device;
@@ -472,10 +479,11 @@ pub fn save_memory(model: u64, optim_bytes: Option<u64>) -> SaveMemory {
         // buffer. One copy of the state at most, freed as it is written; more only when an
         // update runs before the helper got to a tensor (it is then copied on write).
         background: model + optim,
-        // While the trainer waits nothing is replaced, but the model's tensors are copied
-        // out one at a time (they are shared with the live model) and the optimizer record
-        // is materialized; the allocator keeps much of the freed copies, so count both.
-        blocking: model + optim,
+        // While the trainer waits nothing is replaced, and a snapshot made for that
+        // ([`FrozenState::into_snapshot_for`]) copies the model's tensors out one at a time as
+        // they are written; the optimizer record is materialized whole whatever the route:
+        // Burn's API has no smaller view of it.
+        blocking: optim,
     }
 }
 
@@ -601,6 +609,18 @@ impl<M: Module + 'static> FrozenState<M> {
     /// part holds the record until written (Burn's `to_record` copies the moments out and its
     /// `into_bytes` moves them into one buffer: the public API has no streaming path).
     pub fn into_snapshot_sized(self, optim_bytes: Option<u64>) -> Snapshot {
+        self.into_snapshot_for(SaveRoute::Background, optim_bytes)
+    }
+
+    /// [`Self::into_snapshot_sized`] for a save submitted on `route`. On
+    /// [`SaveRoute::Background`] the whole state is staged to host memory at once, since
+    /// training goes on and would copy whatever is still held on write. On the routes the
+    /// trainer waits on, nothing is replaced meanwhile: the model's tensors are read from
+    /// their handles one at a time as they are written, so the save holds little more than
+    /// the optimizer record while the trainer waits (the record is still taken on the helper
+    /// thread, beside the writer).
+    pub fn into_snapshot_for(self, route: SaveRoute, optim_bytes: Option<u64>) -> Snapshot {
+        let stage_model = route == SaveRoute::Background;
         let model_bytes = self.model_bytes();
         let optim_bytes = optim_bytes.unwrap_or(2 * model_bytes);
         let Self {
@@ -625,6 +645,7 @@ impl<M: Module + 'static> FrozenState<M> {
             optim,
             pin: Pin::new(optim_bytes),
             one_device,
+            stage_model,
         }));
         staging.start();
         let starter = staging.clone();

@@ -155,16 +155,21 @@ pub enum SaveRoute {
     /// Submitted, then waited for before training continues (the same bytes).
     Blocking,
     /// Submitted to the background, then training waited only until what the save still
-    /// holds fit the memory budget (the rest persists while training goes on).
+    /// holds fit the memory budget, or what the save cannot do without
+    /// ([`SaveMemory::blocking`]) where that is more (the rest persists while training goes
+    /// on).
     Throttled,
 }
 
 /// Peak extra memory of one save, in bytes, by route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaveMemory {
-    /// Written while training continues (held state until persisted).
+    /// Held when training continues while the save persists (staged copies of the state, or
+    /// held handles that an update copies on write, until written).
     pub background: u64,
-    /// Written while the trainer waits.
+    /// Held while the trainer waits (nothing is copied on write then): the least any route
+    /// holds, such as a record the save must materialize whole. A throttled save waits until
+    /// what is held fits the larger of the budget and this.
     pub blocking: u64,
 }
 
@@ -180,6 +185,7 @@ pub struct MemoryGate {
     held_per_save: u64,
     previous_bytes: Option<u64>,
     fallbacks: u64,
+    wait_limit: Option<u64>,
 }
 
 impl MemoryGate {
@@ -201,8 +207,16 @@ impl MemoryGate {
         self.previous_bytes
     }
 
+    /// What the newest throttled save waits for: until the bytes held fit this (the budget,
+    /// or the save's own floor, [`SaveMemory::blocking`], where that is more). `None` when
+    /// the newest route was not throttled.
+    pub fn wait_limit(&self) -> Option<u64> {
+        self.wait_limit
+    }
+
     /// The route that keeps the save of `step`, needing `need`, within the budget.
     pub fn route(&mut self, need: SaveMemory, step: u64) -> SaveRoute {
+        self.wait_limit = None;
         let Some(budget) = self.budget else {
             return SaveRoute::Background;
         };
@@ -214,6 +228,9 @@ impl MemoryGate {
             return SaveRoute::Background;
         }
         self.fallbacks += 1;
+        // Waiting longer than until the save holds only what it cannot do without would keep
+        // training idle without saving memory.
+        self.wait_limit = Some(budget.max(need.blocking));
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         // Said once; the report lists every such save, and the session sums them up.
         if self.fallbacks == 1 {
@@ -221,7 +238,8 @@ impl MemoryGate {
                 step,
                 "a background save would hold {:.0} MiB (plus {:.0} MiB held by saves in \
                  flight), over the snapshot memory budget of {:.0} MiB: after submitting it, \
-                 training waits until what it still holds fits the budget",
+                 training waits until what it still holds fits the budget (or the save's own \
+                 floor, where that is more)",
                 mib(need.background),
                 mib(held),
                 mib(budget)
@@ -234,7 +252,8 @@ impl MemoryGate {
                     "even with training waiting, encoding this save takes about {:.0} MiB by \
                      its own estimate (with Burn: the optimizer record is materialized whole), \
                      more than the snapshot memory budget of {:.0} MiB: the budget will be \
-                     exceeded by about {:.0} MiB during each such save",
+                     exceeded by about {:.0} MiB during each such save, and training waits \
+                     only until the save holds no more than that",
                     mib(need.blocking),
                     mib(budget),
                     mib(need.blocking - budget)
@@ -598,7 +617,11 @@ impl CheckpointSession {
                             sync_events.extend(self.drain(target, true).map_err(E::from)?);
                         }
                         SubmitOutcome::Queued { .. } if route == SaveRoute::Throttled => {
-                            let limit = self.gate.budget.unwrap_or(u64::MAX);
+                            let limit = self
+                                .gate
+                                .wait_limit
+                                .or(self.gate.budget)
+                                .unwrap_or(u64::MAX);
                             if !target.wait_held_at_most(limit).map_err(E::from)? {
                                 if self.report.throttled_saves.len() == 1 {
                                     tracing::warn!(
@@ -945,5 +968,29 @@ mod tests {
             SaveRoute::Background,
             "30 still held + 60 fits"
         );
+        assert_eq!(g.wait_limit(), None);
+    }
+
+    #[test]
+    fn a_throttled_save_waits_for_the_budget_or_its_own_floor_whichever_is_more() {
+        let mut g = MemoryGate::new(Some(100));
+        let over = SaveMemory {
+            background: 150,
+            blocking: 40,
+        };
+        assert_eq!(g.route(over, 1), SaveRoute::Throttled);
+        assert_eq!(g.wait_limit(), Some(100), "the budget");
+        let floor = SaveMemory {
+            background: 150,
+            blocking: 120,
+        };
+        assert_eq!(g.route(floor, 2), SaveRoute::Throttled);
+        assert_eq!(g.wait_limit(), Some(120), "the floor, over the budget");
+        let fits = SaveMemory {
+            background: 90,
+            blocking: 40,
+        };
+        assert_eq!(g.route(fits, 3), SaveRoute::Background);
+        assert_eq!(g.wait_limit(), None);
     }
 }

@@ -202,12 +202,14 @@ impl TrainState {
     pub fn save_within(&self, engine: &mut Engine, budget: u64) -> Result<(Duration, SaveRoute)> {
         let t0 = Instant::now();
         let frozen = FrozenState::capture(&self.model, &self.optim, &self.sched, self.trainer());
-        let route = ckpt_core::MemoryGate::new(Some(budget))
-            .route(frozen.memory(None), self.trainer().step);
-        engine.submit(frozen.into_snapshot())?;
+        let mut gate = ckpt_core::MemoryGate::new(Some(budget));
+        let route = gate.route(frozen.memory(None), self.trainer().step);
+        engine.submit(frozen.into_snapshot_for(route, None))?;
         match route {
             SaveRoute::Blocking => drop(engine.wait_idle()?),
-            SaveRoute::Throttled => drop(engine.wait_held_at_most(budget)?),
+            SaveRoute::Throttled => {
+                engine.wait_held_at_most(gate.wait_limit().unwrap_or(budget))?;
+            }
             SaveRoute::Background => {}
         }
         Ok((t0.elapsed(), route))

@@ -485,7 +485,7 @@ fn capture(
             let model_bytes = frozen.model_bytes();
             let optim_bytes = gate.previous_bytes().map(|b| b.saturating_sub(model_bytes));
             let route = gate.route(frozen.memory(optim_bytes), trainer.step);
-            let outcome = e.submit(frozen.into_snapshot_sized(optim_bytes))?;
+            let outcome = e.submit(frozen.into_snapshot_for(route, optim_bytes))?;
             Ok(Submitted { outcome, route })
         }
         Target::Burn(b) => {
