@@ -278,6 +278,13 @@ pub struct PinnedSample {
     pub update_step: u64,
     /// Bytes of state still held by snapshots then ([`ckpt_burn::pinned_state_bytes`]).
     pub bytes: u64,
+    /// Bytes the device's allocator had in use at the end of the save's step, before the
+    /// capture (`Device::memory_pool_usage`, CubeCL's `memory_report(MemoryScope::Device)`;
+    /// `None` on a backend that does not report it, such as Flex).
+    pub device_in_use_before: Option<u64>,
+    /// The same at the end of the following step, after its update: beyond
+    /// `device_in_use_before`, the device memory the save still holds one step later.
+    pub device_in_use_after: Option<u64>,
 }
 
 /// Progress information passed to the callback after every step.
@@ -458,6 +465,11 @@ impl Target {
     }
 }
 
+/// Bytes the device's allocator has in use, where the backend reports it (CubeCL).
+fn device_in_use(device: &Device) -> Option<u64> {
+    device.memory_pool_usage().map(|u| u.bytes_in_use)
+}
+
 /// Captures the single-device state at `step` and submits it on the route `cfg` and the
 /// memory budget call for.
 fn capture(
@@ -576,7 +588,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     session.resumed_at(start);
     let mse = MseLoss::new();
     let mut final_step = cfg.steps.max(start);
-    let mut saved_before: Option<u64> = None;
+    let mut saved_before: Option<(u64, Option<u64>)> = None;
 
     for step in start + 1..=cfg.steps {
         let t_step = Instant::now();
@@ -587,21 +599,26 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         let loss_value = loss.clone().try_into_scalar::<f32>().ok();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let lr = sched.step();
-        if let Some(save_step) = saved_before.take() {
+        let after_save = saved_before
+            .take()
+            .map(|(save_step, before)| (save_step, before, ckpt_burn::pinned_state_bytes()));
+        model = optim.step(lr, model, grads);
+        if let Some((save_step, device_in_use_before, bytes)) = after_save {
             report.pinned_at_next_update.push(PinnedSample {
                 save_step,
                 update_step: step,
-                bytes: ckpt_burn::pinned_state_bytes(),
+                bytes,
+                device_in_use_before,
+                device_in_use_after: device_in_use(&device),
             });
         }
-        model = optim.step(lr, model, grads);
         let step_time = t_step.elapsed();
         report.step_ms.push(ms(step_time));
         report.final_loss = loss_value;
 
         let b = session.boundary(step, step_time, target.in_flight(), Ok::<_, Error>)?;
         if b.save {
-            saved_before = Some(step);
+            saved_before = Some((step, device_in_use(&device)));
             let trainer = TrainerState::new(step, loader.cursor(), cfg.seed);
             session.save(&mut target, step, |t, gate| {
                 capture(t, gate, cfg.save_mode, (&model, &optim, &sched), &trainer)
