@@ -30,7 +30,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Int, Tensor};
-use ckpt_core::{SaveMemory, SaveRoute, Snapshot};
+use ckpt_core::{SaveMemory, Snapshot};
 
 use crate::data::mix_seed;
 use crate::pack::write_pack;
@@ -480,7 +480,7 @@ pub fn save_memory(model: u64, optim_bytes: Option<u64>) -> SaveMemory {
         // update runs before the helper got to a tensor (it is then copied on write).
         background: model + optim,
         // While the trainer waits nothing is replaced, and a snapshot made for that
-        // ([`FrozenState::into_snapshot_for`]) copies the model's tensors out one at a time as
+        // ([`FrozenState::into_snapshot_waited`]) copies the model's tensors out one at a time as
         // they are written; the optimizer record is materialized whole whatever the route:
         // Burn's API has no smaller view of it.
         blocking: optim,
@@ -609,20 +609,25 @@ impl<M: Module + 'static> FrozenState<M> {
     /// part holds the record until written (Burn's `to_record` copies the moments out and its
     /// `into_bytes` moves them into one buffer: the public API has no streaming path).
     pub fn into_snapshot_sized(self, optim_bytes: Option<u64>) -> Snapshot {
-        self.into_snapshot_for(SaveRoute::Background, optim_bytes)
+        self.into_snapshot_waited(None, optim_bytes)
     }
 
-    /// [`Self::into_snapshot_sized`] for a save submitted on `route`. On
-    /// [`SaveRoute::Background`] the whole state is staged to host memory at once, since
-    /// training goes on and would copy whatever is still held on write. On the routes the
-    /// trainer waits on, nothing is replaced meanwhile: the model's tensors are read from
-    /// their handles one at a time as they are written, so the save holds little more than
-    /// the optimizer record while the trainer waits (the record is still taken on the helper
-    /// thread, beside the writer).
-    pub fn into_snapshot_for(self, route: SaveRoute, optim_bytes: Option<u64>) -> Snapshot {
-        let stage_model = route == SaveRoute::Background;
+    /// [`Self::into_snapshot_sized`] for a save after whose submit the trainer waits until the
+    /// bytes held are at most `wait_limit` (`None`: it does not wait; `Some(0)`: it waits for
+    /// the whole save). While the trainer waits nothing is replaced, so a model tensor written
+    /// by then is read from its handle as it is written, without staging. The model is staged
+    /// at once unless the trainer waits for all of it to be written (a limit no larger than the
+    /// optimizer record, which stays held until its own part is written): what is left of it
+    /// when training goes on would otherwise be copied on write. The optimizer record is taken
+    /// on the helper thread either way, beside the writer.
+    pub fn into_snapshot_waited(
+        self,
+        wait_limit: Option<u64>,
+        optim_bytes: Option<u64>,
+    ) -> Snapshot {
         let model_bytes = self.model_bytes();
         let optim_bytes = optim_bytes.unwrap_or(2 * model_bytes);
+        let stage_model = wait_limit.is_none_or(|limit| limit > optim_bytes);
         let Self {
             model,
             optim,
@@ -664,7 +669,9 @@ impl<M: Module + 'static> FrozenState<M> {
         let snap = Snapshot::new(trainer.step)
             .with_epoch(trainer.epoch)
             .with_producer(MODEL_FILE, model_part)
-            .holding(model_bytes)
+            // Each tensor's staged copy (or, on a route the trainer waits on, the copy drawn
+            // from its handle) is dropped once written.
+            .holding_released_as_written(model_bytes)
             .with_producer(OPTIM_FILE, optim_part)
             .holding(optim_bytes)
             .with_producer(SCHEDULER_FILE, sched_part)

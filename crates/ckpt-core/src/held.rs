@@ -25,6 +25,21 @@ pub(crate) struct HoldGuard {
     ledger: Arc<HeldLedger>,
 }
 
+impl HoldGuard {
+    /// Gives back up to `bytes` of this share now: the part has freed them while writing.
+    pub(crate) fn release(&mut self, bytes: u64) {
+        let k = bytes.min(self.bytes);
+        if k == 0 {
+            return;
+        }
+        self.bytes -= k;
+        let mut b = self.ledger.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        *b = b.saturating_sub(k);
+        drop(b);
+        self.ledger.released.notify_all();
+    }
+}
+
 impl Drop for HoldGuard {
     fn drop(&mut self) {
         let mut b = self.ledger.bytes.lock().unwrap_or_else(|e| e.into_inner());

@@ -57,6 +57,26 @@ impl<W: Write> Write for ErrorMemo<W> {
     }
 }
 
+/// Gives a part's held bytes back as its bytes reach the file (for a part declared with
+/// [`crate::Snapshot::holding_released_as_written`]).
+struct Releasing<'a, W> {
+    inner: W,
+    guard: Option<&'a mut crate::held::HoldGuard>,
+}
+
+impl<W: Write> Write for Releasing<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        if let Some(g) = self.guard.as_mut() {
+            g.release(n as u64);
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 impl<W> ErrorMemo<W> {
     fn remember(&mut self, e: &io::Error) {
         if self.first_error.is_none() {
@@ -130,7 +150,7 @@ impl Publisher {
         let step = snap.step;
         let st = &*self.storage;
         let mut files = Vec::with_capacity(snap.parts.len());
-        for part in snap.parts {
+        for mut part in snap.parts {
             let path = tmp.join(&part.name);
             let persist_err = |stage, source| Error::Persist {
                 step,
@@ -180,8 +200,15 @@ impl Publisher {
                         Err(io::Error::other("adopted part reached the writer"))
                     }
                     PartData::Producer(p) => {
+                        let guard = part.guard.as_mut().filter(|_| part.released_as_written);
                         let mut sink = ErrorMemo {
-                            inner: BufWriter::with_capacity(CHUNK, &mut w),
+                            inner: BufWriter::with_capacity(
+                                CHUNK,
+                                Releasing {
+                                    inner: &mut w,
+                                    guard,
+                                },
+                            ),
                             first_error: None,
                         };
                         let produced = p.write_into(&mut sink);

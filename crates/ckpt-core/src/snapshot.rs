@@ -85,6 +85,10 @@ pub struct Part {
     /// Extra memory this part pins until it is written, in bytes (see
     /// [`Snapshot::holding`]); 0 unless declared.
     pub holds: u64,
+    /// Whether the part frees what it holds as it writes it, so that the engine gives
+    /// [`Self::holds`] back as the bytes are written (see
+    /// [`Snapshot::holding_released_as_written`]) rather than once the part is written.
+    pub released_as_written: bool,
     /// Its share of the engine's held-memory ledger, given back when the part is dropped.
     pub(crate) guard: Option<crate::held::HoldGuard>,
 }
@@ -155,6 +159,7 @@ impl Snapshot {
             name: name.into(),
             data,
             holds: 0,
+            released_as_written: false,
             guard: None,
         });
         self
@@ -168,6 +173,19 @@ impl Snapshot {
     pub fn holding(mut self, bytes: u64) -> Self {
         if let Some(p) = self.parts.last_mut() {
             p.holds = bytes;
+        }
+        self
+    }
+
+    /// [`Self::holding`] for a part that frees what it holds as it writes it, such as staged
+    /// tensors each dropped once written: the engine gives the declared bytes back as the
+    /// part's bytes are written (at most what was written so far), so a trainer waiting under
+    /// a memory budget goes on as soon as the excess is written, not the whole part. What is
+    /// freed lags what is counted by at most the piece being written (one tensor).
+    pub fn holding_released_as_written(mut self, bytes: u64) -> Self {
+        if let Some(p) = self.parts.last_mut() {
+            p.holds = bytes;
+            p.released_as_written = true;
         }
         self
     }

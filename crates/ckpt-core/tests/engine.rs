@@ -419,6 +419,46 @@ fn held_bytes_are_given_back_part_by_part_and_a_waiter_resumes_before_publicatio
 }
 
 #[test]
+fn a_part_released_as_written_gives_its_held_bytes_back_while_it_writes() {
+    const MIB: usize = 1 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut e = open(tmp.path());
+    let (wrote_tx, wrote) = std::sync::mpsc::channel::<()>();
+    let (go, rest) = std::sync::mpsc::channel::<()>();
+    // 64 MiB held, written in two halves; the writer stops between them.
+    let halves =
+        move |w: &mut dyn std::io::Write| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            w.write_all(&vec![5u8; 32 * MIB])?;
+            w.flush()?;
+            wrote_tx.send(())?;
+            rest.recv()?;
+            w.write_all(&vec![6u8; 32 * MIB])?;
+            Ok(())
+        };
+    let s = Snapshot::new(1)
+        .with_producer("a.bin", halves)
+        .holding_released_as_written(64 * MIB as u64)
+        .with_bytes("b.bin", vec![1; 10])
+        .holding(100);
+    e.submit(s).unwrap();
+    wrote.recv().unwrap();
+    // Half written, half still held (plus the other part's), before the part is done.
+    assert_eq!(e.held_bytes(), 32 * MIB as u64 + 100);
+    e.wait_held_at_most(32 * MIB as u64 + 100).unwrap();
+    assert_eq!(e.in_flight(), 1);
+    go.send(()).unwrap();
+    e.wait_held_at_most(0).unwrap();
+    assert_eq!(e.wait_idle().unwrap().len(), 1);
+    assert_eq!(
+        read_part(&tmp.path().join("step-00000001"), "a.bin")
+            .unwrap()
+            .len(),
+        64 * MIB
+    );
+    e.finish().unwrap();
+}
+
+#[test]
 fn a_failed_save_gives_its_held_bytes_back() {
     let tmp = tempfile::tempdir().unwrap();
     let mut e = open(tmp.path());

@@ -497,7 +497,12 @@ fn capture(
             let model_bytes = frozen.model_bytes();
             let optim_bytes = gate.previous_bytes().map(|b| b.saturating_sub(model_bytes));
             let route = gate.route(frozen.memory(optim_bytes), trainer.step);
-            let outcome = e.submit(frozen.into_snapshot_for(route, optim_bytes))?;
+            let wait_limit = match route {
+                SaveRoute::Background => None,
+                SaveRoute::Throttled => gate.wait_limit(),
+                SaveRoute::Blocking => Some(0),
+            };
+            let outcome = e.submit(frozen.into_snapshot_waited(wait_limit, optim_bytes))?;
             Ok(Submitted { outcome, route })
         }
         Target::Burn(b) => {
