@@ -89,7 +89,8 @@ fn session_loop<M: Module + 'static>(
             session.save(&mut engine, step, |e, gate| {
                 let frozen = FrozenState::capture(&model, &optim, &sched, trainer_state(step));
                 let route = gate.route(frozen.memory(None), step);
-                Ok::<_, ckpt_burn::Error>(Submitted { outcome: e.submit(frozen.into_snapshot())?, route })
+                let snapshot = frozen.into_snapshot_waited(gate.wait_limit(), None);
+                Ok::<_, ckpt_burn::Error>(Submitted { outcome: e.submit(snapshot)?, route })
             })?;
         }
         session.poll(&mut engine)?;
