@@ -742,14 +742,13 @@ fn cubecl_markdown(run: &std::result::Result<Run, String>) -> String {
             )),
         ));
     }
-    let verdict = |ok: bool| if ok { "**met**" } else { "**missed**" };
     o.push_str("\nA negative extra: the save's step ended with an earlier save's copies still allocated, and they were freed during the next step.\n");
     o.push_str(&format!(
         "\n- extra device memory one step after a save ≤ 10 % of the state: worst {:.0} %, {}\n- state still held when the next update runs (the issue: at most a few handles): worst {:.0} %, {}\n\n",
         100.0 * extra_max / state,
-        verdict(!samples.is_empty() && extra_max <= 0.10 * state),
+        stats::verdict(!samples.is_empty() && extra_max <= 0.10 * state),
         100.0 * held_max / state,
-        verdict(!samples.is_empty() && held_max <= 0.05 * state),
+        stats::verdict(!samples.is_empty() && held_max <= 0.05 * state),
     ));
     o
 }

@@ -185,9 +185,19 @@ struct DeferredCollector {
     entries: Vec<Entry>,
     /// Count each handle in [`PINNED`] until it is staged or drawn.
     pin: bool,
+    /// The first parameter's device, and whether a later one was on another.
+    device: Option<burn::tensor::Device>,
+    several_devices: bool,
 }
 
 impl DeferredCollector {
+    fn note_device(&mut self, device: burn::tensor::Device) {
+        match &self.device {
+            None => self.device = Some(device),
+            Some(first) => self.several_devices |= *first != device,
+        }
+    }
+
     fn push(&mut self, id: ParamId, dtype: burn::tensor::DType, shape: Vec<usize>, draw: Draw) {
         let name = self.path.join(".");
         let id = Some(id.val());
@@ -228,31 +238,35 @@ impl ModuleVisitor for DeferredCollector {
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let t = param.transform_for_save().val();
+        self.note_device(t.device());
         let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
         self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
     }
     fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
         let t = param.transform_for_save().val();
+        self.note_device(t.device());
         let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
         self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
     }
     fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
         let t = param.transform_for_save().val();
+        self.note_device(t.device());
         let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
         self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
     }
 }
 
-/// `model`'s parameters as entries holding handle clones (counted in [`PINNED`] when `pin`).
-/// `model` is dropped, so a tensor the trainer has since replaced is held only here.
-fn collect_model<M: Module>(model: M, pin: bool) -> Vec<Entry> {
+/// `model`'s parameters as entries holding handle clones (counted in [`PINNED`] when `pin`),
+/// and whether they all live on one device. `model` is dropped, so a tensor the trainer has
+/// since replaced is held only here.
+fn collect_model<M: Module>(model: M, pin: bool) -> (Vec<Entry>, bool) {
     let mut collector = DeferredCollector {
         pin,
         ..Default::default()
     };
     model.visit(&mut collector);
     drop(model);
-    collector.entries
+    (collector.entries, !collector.several_devices)
 }
 
 /// Streams the model record of `entries` into `sink`: the bytes of
@@ -275,7 +289,7 @@ pub(crate) fn write_model<M: Module>(
     model: M,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    write_entries(collect_model(model, false), sink)
+    write_entries(collect_model(model, false).0, sink)
 }
 
 /// Streams `optim`'s record into `sink` in the canonical (name-sorted) layout. Burn's
@@ -312,7 +326,7 @@ pub const STAGE_FAILPOINT: &str = "ckpt_burn::stage";
 
 /// A background save's staging, run on the `ckpt-stage` helper thread from the moment the
 /// snapshot is made (or inline by the writer, where no thread can be started).
-struct Staging(std::sync::Mutex<Encoding>);
+struct Staging(std::sync::Mutex<StageState>);
 
 /// What the helper is given: the model's slots, the optimizer's handles, and their pin.
 struct StageJob {
@@ -326,7 +340,9 @@ struct StageJob {
     stage_model: bool,
 }
 
-enum Encoding {
+/// A staging job not yet started, running on its thread (which returns the encoded optimizer
+/// record), or its result taken by the optimizer part.
+enum StageState {
     Waiting(StageJob),
     Running(std::thread::JoinHandle<std::result::Result<burn::tensor::Bytes, BoxError>>),
     Taken,
@@ -382,10 +398,10 @@ fn encode_record(optim: ModuleOptimizer) -> std::result::Result<burn::tensor::By
 
 impl Staging {
     fn new(job: StageJob) -> Self {
-        Self(std::sync::Mutex::new(Encoding::Waiting(job)))
+        Self(std::sync::Mutex::new(StageState::Waiting(job)))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Encoding> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, StageState> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -393,8 +409,8 @@ impl Staging {
     /// priority (once; a later call does nothing).
     fn start(&self) {
         let mut state = self.lock();
-        let job = match std::mem::replace(&mut *state, Encoding::Taken) {
-            Encoding::Waiting(job) => job,
+        let job = match std::mem::replace(&mut *state, StageState::Taken) {
+            StageState::Waiting(job) => job,
             // Running or taken: put it back as it was.
             other => {
                 *state = other;
@@ -411,12 +427,12 @@ impl Staging {
             });
         *state = match spawned {
             Ok(handle) => match tx.send(job) {
-                Ok(()) => Encoding::Running(handle),
-                Err(back) => Encoding::Waiting(back.0),
+                Ok(()) => StageState::Running(handle),
+                Err(back) => StageState::Waiting(back.0),
             },
             Err(e) => {
                 tracing::debug!(error = %e, "no staging thread: the state is read by the persist thread");
-                Encoding::Waiting(job)
+                StageState::Waiting(job)
             }
         };
     }
@@ -424,12 +440,12 @@ impl Staging {
     /// The encoded optimizer record: the helper thread's, or staged and encoded now if it was
     /// never started.
     fn bytes(&self) -> std::result::Result<burn::tensor::Bytes, BoxError> {
-        match std::mem::replace(&mut *self.lock(), Encoding::Taken) {
-            Encoding::Waiting(job) => job.run(),
-            Encoding::Running(handle) => handle
+        match std::mem::replace(&mut *self.lock(), StageState::Taken) {
+            StageState::Waiting(job) => job.run(),
+            StageState::Running(handle) => handle
                 .join()
                 .map_err(|_| BoxError::from("the staging thread panicked"))?,
-            Encoding::Taken => Err("the optimizer record was taken twice".into()),
+            StageState::Taken => Err("the optimizer record was taken twice".into()),
         }
     }
 }
@@ -642,8 +658,7 @@ impl<M: Module + 'static> FrozenState<M> {
         // record is taken (see [`StageJob::run`]), while the persist thread writes the model
         // from the staged copies. The start is idempotent: the model part tries again in case
         // no thread could be started here.
-        let one_device = model.devices().len() <= 1;
-        let entries = collect_model(model, true);
+        let (entries, one_device) = collect_model(model, true);
         let slots = entries.iter().map(|e| e.slot.clone()).collect();
         let staging = std::sync::Arc::new(Staging::new(StageJob {
             slots,

@@ -42,10 +42,7 @@ impl HoldGuard {
 
 impl Drop for HoldGuard {
     fn drop(&mut self) {
-        let mut b = self.ledger.bytes.lock().unwrap_or_else(|e| e.into_inner());
-        *b = b.saturating_sub(self.bytes);
-        drop(b);
-        self.ledger.released.notify_all();
+        self.release(self.bytes);
     }
 }
 

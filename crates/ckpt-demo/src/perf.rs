@@ -204,12 +204,7 @@ impl TrainState {
         let frozen = FrozenState::capture(&self.model, &self.optim, &self.sched, self.trainer());
         let mut gate = ckpt_core::MemoryGate::new(Some(budget));
         let route = gate.route(frozen.memory(None), self.trainer().step);
-        let wait_limit = match route {
-            SaveRoute::Background => None,
-            SaveRoute::Throttled => gate.wait_limit(),
-            SaveRoute::Blocking => Some(0),
-        };
-        engine.submit(frozen.into_snapshot_waited(wait_limit, None))?;
+        engine.submit(frozen.into_snapshot_waited(gate.wait_limit(), None))?;
         match route {
             SaveRoute::Blocking => drop(engine.wait_idle()?),
             SaveRoute::Throttled => {

@@ -497,12 +497,7 @@ fn capture(
             let model_bytes = frozen.model_bytes();
             let optim_bytes = gate.previous_bytes().map(|b| b.saturating_sub(model_bytes));
             let route = gate.route(frozen.memory(optim_bytes), trainer.step);
-            let wait_limit = match route {
-                SaveRoute::Background => None,
-                SaveRoute::Throttled => gate.wait_limit(),
-                SaveRoute::Blocking => Some(0),
-            };
-            let outcome = e.submit(frozen.into_snapshot_waited(wait_limit, optim_bytes))?;
+            let outcome = e.submit(frozen.into_snapshot_waited(gate.wait_limit(), optim_bytes))?;
             Ok(Submitted { outcome, route })
         }
         Target::Burn(b) => {
@@ -608,6 +603,8 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             .take()
             .map(|(save_step, before)| (save_step, before, ckpt_burn::pinned_state_bytes()));
         model = optim.step(lr, model, grads);
+        let step_time = t_step.elapsed();
+        // Sampled outside the step's time, which the session measures saves' cost by.
         if let Some((save_step, device_in_use_before, bytes)) = after_save {
             report.pinned_at_next_update.push(PinnedSample {
                 save_step,
@@ -617,7 +614,6 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                 device_in_use_after: device_in_use(&device),
             });
         }
-        let step_time = t_step.elapsed();
         report.step_ms.push(ms(step_time));
         report.final_loss = loss_value;
 
