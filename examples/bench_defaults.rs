@@ -10,9 +10,10 @@
 //!
 //! Each size runs, in turn: no checkpoints, ours with default flags, Burn's checkpointer, no
 //! checkpoints again (the machine's speed drifts; the two baselines bound the noise). At 1gb the
-//! snapshot budgets of `--budgets` (fractions of the state) follow. Last, one small run on
-//! `--backend wgpu` (the CubeCL path) measures what a save still holds at the next update and
-//! in device memory one step later (`--no-cubecl` skips it). Every run is a separate
+//! snapshot budgets of `--budgets` (fractions of the state) follow. Last, small runs on
+//! `--backend wgpu` (the CubeCL path: no checkpoints, ours, ours without the wait before the
+//! update, Burn's) measure what a save still holds at the next update and in device memory one
+//! step later, and the stall and lost time beside Burn's (`--no-cubecl` skips them). Every run is a separate
 //! process: its peak RSS comes from `wait4`. *Lost time* is the run's wall time to `done`
 //! (which includes waiting for the last save to be durable) minus the mean of the two baselines:
 //! every stall and every slowdown of the following steps, until each save is durable. The
@@ -69,6 +70,15 @@ struct Args {
 
 /// The CubeCL-path run: the trainer on `--backend wgpu` (through Mesa's lavapipe here, the
 /// Vulkan driver of a GPU machine there), default flags, a save every 2 steps.
+/// The CubeCL runs, in order: no checkpoints, ours with default flags (which wait before the
+/// update on a device backend), ours without that wait, Burn's checkpointer.
+const CUBECL_RUNS: [(&str, &[&str]); 4] = [
+    ("base", &["--save-every", "0"]),
+    ("ours", &[]),
+    ("ours-no-wait", &["--update-wait", "never"]),
+    ("burn", &["--save-mode", "burn"]),
+];
+
 const CUBECL: Shape = Shape {
     label: "cubecl-38mb",
     hidden: 1024,
@@ -322,7 +332,11 @@ fn main() -> Result<()> {
         .collect::<Result<_>>()?;
     let with_budgets = shapes.iter().any(|s| s.label == "1gb");
     let total = shapes.len() as u64 * 4
-        + u64::from(!args.no_cubecl)
+        + if args.no_cubecl {
+            0
+        } else {
+            CUBECL_RUNS.len() as u64
+        }
         + if with_budgets {
             budgets.len() as u64
         } else {
@@ -393,17 +407,17 @@ fn main() -> Result<()> {
     }
     // A trainer without wgpu or a machine without Vulkan: said in the report, not fatal.
     let cubecl = (!args.no_cubecl).then(|| {
-        bar.set_message(CUBECL.label);
-        let flags = [
-            "--backend",
-            "wgpu",
-            "--save-every",
-            &CUBECL.save_every.to_string(),
-        ]
-        .map(String::from);
-        let r = run_trainer(&train, &dir, &CUBECL, "ours", &flags).map_err(|e| format!("{e:#}"));
-        bar.inc(1);
-        r
+        CUBECL_RUNS.map(|(mode, flags)| {
+            bar.set_message(format!("{} {mode}", CUBECL.label));
+            let mut all = vec!["--backend".to_string(), "wgpu".into()];
+            all.extend(flags.iter().map(|f| f.to_string()));
+            if !flags.contains(&"--save-every") {
+                all.extend(["--save-every".into(), CUBECL.save_every.to_string()]);
+            }
+            let r = run_trainer(&train, &dir, &CUBECL, mode, &all).map_err(|e| format!("{e:#}"));
+            bar.inc(1);
+            (mode, r)
+        })
     });
     bar.finish_and_clear();
     let load_after = machine::loadavg();
@@ -420,13 +434,15 @@ fn main() -> Result<()> {
     std::fs::write(&out, md).with_context(|| format!("writing {}", out.display()))?;
     let json_path = args.out.join("defaults.json");
     let mut json = json!({"sizes": to_json(&results)});
-    if let Some(c) = &cubecl {
-        json["cubecl"] = match c {
-            Ok(r) => {
-                json!({"shape": CUBECL.label, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report})
-            }
-            Err(e) => json!({"shape": CUBECL.label, "error": e}),
-        };
+    if let Some(runs) = &cubecl {
+        let mut c = json!({"shape": CUBECL.label});
+        for (mode, r) in runs {
+            c[*mode] = match r {
+                Ok(r) => json!({"wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report}),
+                Err(e) => json!({"error": e}),
+            };
+        }
+        json["cubecl"] = c;
     }
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     println!(
@@ -688,29 +704,78 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
     o
 }
 
-/// The CubeCL section: per save, the state still held when the next update ran and the device
-/// memory the save still held one step later, from the trainer's report.
-fn cubecl_markdown(run: &std::result::Result<Run, String>) -> String {
+/// The CubeCL section: per save, the state still held when the next update ran, the wait
+/// before it and the device memory the save still held one step later, with and without the
+/// wait; stalls and lost time beside Burn's, from the trainers' reports.
+fn cubecl_markdown(runs: &[(&str, std::result::Result<Run, String>)]) -> String {
     let mut o = String::from("## The CubeCL path (wgpu)\n\n");
-    let r = match run {
-        Ok(r) => r,
-        Err(e) => {
-            o.push_str(&format!("Not run: {e}\n"));
-            return o;
+    let get = |mode: &str| runs.iter().find(|(m, _)| *m == mode).map(|(_, r)| r);
+    let (Some(Ok(base)), Some(Ok(ours))) = (get("base"), get("ours")) else {
+        for (mode, r) in runs {
+            if let Err(e) = r {
+                o.push_str(&format!("Not run ({mode}): {e}\n"));
+            }
         }
+        return o;
     };
-    let state = r.state_bytes().unwrap_or(0).max(1) as f64;
+    let state = ours.state_bytes().unwrap_or(0).max(1) as f64;
     o.push_str(&format!(
-        "`train --backend wgpu --hidden {} --layers {} --steps {} --save-every {}` with default flags otherwise ({} state, median stall {} ms). The burn-cubecl code CUDA runs, here on Mesa's lavapipe (Vulkan on the CPU). *Held at the next update*: `pinned_at_next_update`, the state the save's snapshot still held handles of just before the next optimizer update. *Device extra one step later*: the device allocator's bytes in use at the end of the step after the save minus at the end of the save's step (`Device::memory_pool_usage`, which is CubeCL's `memory_report(MemoryScope::Device)`).\n\n",
+        "`train --backend wgpu --hidden {} --layers {} --steps {} --save-every {}` ({} state): the burn-cubecl code CUDA runs, here through wgpu's Vulkan driver. *Ours* has default flags, which on a device backend wait before each optimizer update until the save's staging has copied the state out (`--update-wait auto`; counted in the save's stall); *no wait* adds `--update-wait never` (the update copies on write what the save still holds); *Burn* is `--save-mode burn`. *Held at the next update*: `pinned_at_next_update`, the state the save's snapshot still held handles of when the next update ran. *Device extra one step later*: the device allocator's bytes in use at the end of the step after the save minus at the end of the save's step (`Device::memory_pool_usage`, which is CubeCL's `memory_report(MemoryScope::Device)`). *Lost per save*: wall time minus the run without checkpoints, over the saves.\n\n",
         CUBECL.hidden,
         CUBECL.layers,
         CUBECL.steps,
         CUBECL.save_every,
         mb(state),
-        num(r.stall_median()),
     ));
-    o.push_str(
-        "| save at step | held at the next update | device extra one step later |\n|---|---|---|\n",
+    o.push_str("| run | stall ms, median [range] | lost per save ms | extra peak RSS |\n|---|---|---|---|\n");
+    o.push_str(&format!(
+        "| no checkpoints | - | - | (wall {:.1} s) |\n",
+        base.wall_s
+    ));
+    for (mode, r) in runs.iter().filter(|(m, _)| *m != "base") {
+        match r {
+            Ok(r) => {
+                let saves = r.saves().len().max(1) as f64;
+                o.push_str(&format!(
+                    "| {mode} | {} | {} | {} |\n",
+                    stats::med_range(&r.stalls_ms()),
+                    num(1e3 * (r.wall_s - base.wall_s) / saves),
+                    mb(r.peak_rss as f64 - base.peak_rss as f64),
+                ));
+            }
+            Err(e) => o.push_str(&format!(
+                "| {mode} | failed: {} | | |\n",
+                e.lines().next().unwrap_or("")
+            )),
+        }
+    }
+    o.push('\n');
+    let mut verdicts = String::new();
+    for mode in ["ours", "ours-no-wait"] {
+        let Some(Ok(r)) = get(mode) else { continue };
+        let (table, held_max, extra_max, n) = cubecl_samples(r, state);
+        o.push_str(&format!("Per save, {mode}:\n\n{table}\n"));
+        if mode == "ours" {
+            verdicts = format!(
+                "- extra device memory one step after a save ≤ 10 % of the state (default flags): worst {:.0} %, {}\n- state still held when the next update runs (the issue: at most a few handles; default flags): worst {:.0} %, {}\n",
+                100.0 * extra_max / state,
+                stats::verdict(n > 0 && extra_max <= 0.10 * state),
+                100.0 * held_max / state,
+                stats::verdict(n > 0 && held_max <= 0.05 * state),
+            );
+        }
+    }
+    o.push_str("A negative extra: the save's step ended with an earlier save's copies still allocated, and they were freed during the next step.\n\n");
+    o.push_str(&verdicts);
+    o.push('\n');
+    o
+}
+
+/// One run's per-save table of the CubeCL section, with the worst state held at an update,
+/// the worst device extra one step later and the number of samples.
+fn cubecl_samples(r: &Run, state: f64) -> (String, f64, f64, usize) {
+    let mut o = String::from(
+        "| save at step | held at the next update | wait before it ms | device extra one step later |\n|---|---|---|---|\n",
     );
     let samples = r.report["pinned_at_next_update"]
         .as_array()
@@ -731,10 +796,11 @@ fn cubecl_markdown(run: &std::result::Result<Run, String>) -> String {
             extra_max = extra_max.max(x);
         }
         o.push_str(&format!(
-            "| {} | {} ({:.0} %) | {} |\n",
+            "| {} | {} ({:.0} %) | {} | {} |\n",
             p["save_step"],
             mb(held),
             100.0 * held / state,
+            num(p["update_wait_ms"].as_f64().unwrap_or(0.0)),
             extra.map_or("not reported".into(), |x| format!(
                 "{} ({:.0} %)",
                 mb(x),
@@ -742,13 +808,5 @@ fn cubecl_markdown(run: &std::result::Result<Run, String>) -> String {
             )),
         ));
     }
-    o.push_str("\nA negative extra: the save's step ended with an earlier save's copies still allocated, and they were freed during the next step.\n");
-    o.push_str(&format!(
-        "\n- extra device memory one step after a save ≤ 10 % of the state: worst {:.0} %, {}\n- state still held when the next update runs (the issue: at most a few handles): worst {:.0} %, {}\n\n",
-        100.0 * extra_max / state,
-        stats::verdict(!samples.is_empty() && extra_max <= 0.10 * state),
-        100.0 * held_max / state,
-        stats::verdict(!samples.is_empty() && held_max <= 0.05 * state),
-    ));
-    o
+    (o, held_max, extra_max, samples.len())
 }

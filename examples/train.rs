@@ -92,6 +92,16 @@ enum BackpressureArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum UpdateWaitArg {
+    /// Wait where the held state is device memory (wgpu, CUDA), not on Flex.
+    Auto,
+    /// Always wait.
+    Always,
+    /// Never wait: the update copies what is still held.
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum BackendArg {
     Flex,
     Wgpu,
@@ -175,6 +185,12 @@ struct Args {
     /// until what it still holds fits. 0: no limit.
     #[arg(long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_budget)]
     snapshot_budget_mb: Budget,
+    /// Before each optimizer update, wait until the saves' staging has copied the state out
+    /// (it overlaps the step's forward and backward passes), so the update writes in place
+    /// instead of copying what a save still holds: a second copy of the state in device memory
+    /// on GPU backends. The wait is counted in that save's stall.
+    #[arg(long, value_enum, default_value_t = UpdateWaitArg::Auto)]
+    update_wait: UpdateWaitArg,
     /// Also upload every published checkpoint to this object-store prefix (s3://bucket/prefix;
     /// credentials and endpoint from the AWS_* variables); --resume then falls back to it when
     /// no local checkpoint is as new. Needs the `remote` feature.
@@ -373,6 +389,11 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         BackpressureArg::Sync => Backpressure::Sync,
     };
     cfg.max_in_flight = args.max_in_flight;
+    cfg.update_wait = match args.update_wait {
+        UpdateWaitArg::Auto => ckpt_burn::UpdateWait::Auto,
+        UpdateWaitArg::Always => ckpt_burn::UpdateWait::Always,
+        UpdateWaitArg::Never => ckpt_burn::UpdateWait::Never,
+    };
     cfg.snapshot_budget = match args.snapshot_budget_mb {
         Budget::Mib(0) => None,
         Budget::Mib(n) => Some(n << 20),

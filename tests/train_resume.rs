@@ -16,6 +16,7 @@ use burn::module::Module;
 use burn::tensor::Device;
 use burn_ckpt::ckpt_burn::{
     self as cb, Error, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState,
+    UpdateWait,
 };
 use burn_ckpt::ckpt_core::{self, Engine, EngineConfig, Snapshot};
 use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp, SaveMode};
@@ -46,6 +47,11 @@ fn small_config(kv: &HashMap<String, String>) -> DemoConfig {
         _ => SaveMode::Async,
     };
     cfg.snapshot_budget = kv.get("snapshot_budget").map(|v| v.parse().unwrap());
+    cfg.update_wait = match kv.get("update_wait").map(String::as_str) {
+        Some("always") => UpdateWait::Always,
+        Some("never") => UpdateWait::Never,
+        _ => UpdateWait::Auto,
+    };
     #[cfg(feature = "wgpu")]
     if kv.get("backend").map(String::as_str) == Some("wgpu") {
         cfg.backend = demo::Backend::Wgpu;
@@ -175,6 +181,65 @@ fn a_snapshot_pins_the_state_until_read_and_gives_all_of_it_back() {
     );
     assert_eq!(free["pinned_after_run"], 0);
     assert_eq!(free["pinned_at_next_update"].as_array().unwrap().len(), 2);
+}
+
+/// With the wait before updates (`update_wait` always; by default on device backends only),
+/// no update runs while a snapshot still holds the state, even with the staging held back:
+/// every update writes in place, the wait is counted in the save's stall, and the files are
+/// still the captured step's (those of a blocking save from the same start).
+#[test]
+fn updates_wait_for_the_staging_and_the_files_are_still_the_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let init_root = tmp.path().join("init");
+    train_ok(&init_root, &[("steps", s(2)), ("seed", s(5))]);
+    let init = step_dir(&init_root, 2).display().to_string();
+    let waited = tmp.path().join("waited");
+    let r = train_ok(
+        &waited,
+        &[
+            ("steps", s(9)),
+            ("save_every", s(4)),
+            ("init_from", init.clone()),
+            ("hold_ms", s(300)),
+            ("update_wait", s("always")),
+        ],
+    );
+    let samples = r["pinned_at_next_update"].as_array().unwrap();
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    let saves = r["saves"].as_array().unwrap();
+    for sample in samples {
+        assert_eq!(
+            sample["bytes"], 0,
+            "an update ran with state held: {sample}"
+        );
+        let wait = sample["update_wait_ms"].as_f64().unwrap();
+        let save = saves
+            .iter()
+            .find(|x| x["step"] == sample["save_step"])
+            .unwrap();
+        assert!(
+            save["stall_ms"].as_f64().unwrap() >= wait,
+            "{save} {sample}"
+        );
+    }
+    // The first save's staging was held back 300 ms, and the step's own work takes far less.
+    // (The second save waits for the first's persist slot at its submit, by which time its
+    // staging is done.)
+    let first = samples[0]["update_wait_ms"].as_f64().unwrap();
+    assert!(first > 100.0, "the update did not wait: {}", samples[0]);
+    let sync = tmp.path().join("sync");
+    train_ok(
+        &sync,
+        &[
+            ("steps", s(9)),
+            ("save_every", s(4)),
+            ("init_from", init),
+            ("mode", s("sync")),
+        ],
+    );
+    for st in [4, 8, 9] {
+        assert_same_files(&step_dir(&waited, st), &step_dir(&sync, st));
+    }
 }
 
 #[test]
@@ -628,8 +693,37 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
             ("steps", s(steps)),
             ("init_from", init.clone()),
             ("hold_ms", s(600)),
+            // Updates copy on write while the snapshot holds the state: the held handles
+            // alone keep the step's values.
+            ("update_wait", s("never")),
             wgpu.clone(),
         ],
+    );
+    // By default on a device backend, updates wait for the staging instead: no update runs
+    // with state held (the GPU-shaped snapshot), and the bytes are the same.
+    let w = tmp.path().join("async-waited");
+    let rw = train_ok(
+        &w,
+        &[
+            ("steps", s(steps)),
+            ("init_from", init.clone()),
+            ("hold_ms", s(600)),
+            wgpu.clone(),
+        ],
+    );
+    let samples = rw["pinned_at_next_update"].as_array().unwrap();
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    for sample in samples {
+        assert_eq!(
+            sample["bytes"], 0,
+            "an update ran with state held: {sample}"
+        );
+        assert!(sample["update_wait_ms"].as_f64().unwrap() > 0.0, "{sample}");
+    }
+    let held = ra["pinned_at_next_update"].as_array().unwrap();
+    assert!(
+        held.iter().any(|x| x["bytes"].as_u64().unwrap() > 0),
+        "the run without the wait never held state at an update: {held:?}"
     );
     train_ok(
         &b,
@@ -643,5 +737,6 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
     assert_eq!(ra["saves"].as_array().unwrap().len(), 3);
     for st in [6, 12, 18] {
         assert_same_files(&step_dir(&a, st), &step_dir(&b, st));
+        assert_same_files(&step_dir(&w, st), &step_dir(&b, st));
     }
 }

@@ -34,6 +34,7 @@ use ckpt_core::{SaveMemory, Snapshot};
 
 use crate::data::mix_seed;
 use crate::pack::write_pack;
+use crate::pinned::Pin;
 use crate::{Error, Result, TRAINER_FILE, TrainerState};
 
 /// File name of the model record (burnpack, what `model.into_record().save(..)` writes).
@@ -44,36 +45,6 @@ pub const OPTIM_FILE: &str = "optim.bpk";
 pub const SCHEDULER_FILE: &str = "scheduler.bpk";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Bytes of training state that background saves still hold handle clones of (see
-/// [`pinned_state_bytes`]).
-static PINNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Bytes of training state (model tensors, optimizer state) that snapshots taken with
-/// [`FrozenState::into_snapshot`] still hold handle clones of, in this process: not yet read
-/// out by the persist thread. An optimizer update that runs while this is above zero copies
-/// the tensors it touches instead of writing in place (host memory on Flex, device memory on
-/// CubeCL backends). Sample it just before the update that follows a save to see how much of
-/// the state that update had to copy.
-pub fn pinned_state_bytes() -> u64 {
-    PINNED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// A share of [`PINNED`], given back when dropped (read out, or the save dropped unread).
-struct Pin(u64);
-
-impl Pin {
-    fn new(bytes: u64) -> Self {
-        PINNED.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-        Self(bytes)
-    }
-}
-
-impl Drop for Pin {
-    fn drop(&mut self) {
-        PINNED.fetch_sub(self.0, std::sync::atomic::Ordering::Relaxed);
-    }
-}
 
 fn record_err(part: &str, e: impl std::fmt::Display) -> Error {
     Error::Record {
@@ -92,8 +63,9 @@ pub fn encode_model<M: Module>(model: M) -> Result<Vec<u8>> {
 /// A tensor's bytes, taken once, when the writer draws it.
 type Draw = Box<dyn FnOnce() -> burn::tensor::TensorData + Send>;
 
-/// Where one model tensor of a snapshot is: its handle (counted in [`PINNED`] when the save is
-/// a background one), its staged host copy, or already taken by the writer.
+/// Where one model tensor of a snapshot is: its handle (counted in
+/// [`crate::pinned_state_bytes`] when the save is a background one), its staged host copy, or
+/// already taken by the writer.
 enum Slot {
     Held(Draw, Option<Pin>),
     Staged(burn::tensor::Bytes),
@@ -118,8 +90,8 @@ fn host_bytes(bytes: burn::tensor::Bytes) -> (burn::tensor::Bytes, bool) {
 }
 
 /// Copies a held tensor to host memory and releases its handle (and its share of
-/// [`PINNED`]). Returns whether its data lived on a device, or `None` where the slot was
-/// already staged or taken (it is left as it is).
+/// [`crate::pinned_state_bytes`]). Returns whether its data lived on a device, or `None` where
+/// the slot was already staged or taken (it is left as it is).
 fn stage_slot(slot: &SharedSlot) -> Option<bool> {
     let mut guard = lock_slot(slot);
     let (draw, pin) = match std::mem::replace(&mut *guard, Slot::Taken) {
@@ -183,7 +155,7 @@ impl Entry {
 struct DeferredCollector {
     path: Vec<String>,
     entries: Vec<Entry>,
-    /// Count each handle in [`PINNED`] until it is staged or drawn.
+    /// Count each handle in [`crate::pinned_state_bytes`] until it is staged or drawn.
     pin: bool,
     /// The first parameter's device, and whether a later one was on another.
     device: Option<burn::tensor::Device>,
@@ -256,8 +228,8 @@ impl ModuleVisitor for DeferredCollector {
     }
 }
 
-/// `model`'s parameters as entries holding handle clones (counted in [`PINNED`] when `pin`),
-/// and whether they all live on one device. `model` is dropped, so a tensor the trainer has
+/// `model`'s parameters as entries holding handle clones (counted in
+/// [`crate::pinned_state_bytes`] when `pin`), and whether they all live on one device. `model` is dropped, so a tensor the trainer has
 /// since replaced is held only here.
 fn collect_model<M: Module>(model: M, pin: bool) -> (Vec<Entry>, bool) {
     let mut collector = DeferredCollector {

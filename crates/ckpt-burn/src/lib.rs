@@ -22,6 +22,7 @@ pub mod checkpointers;
 mod data;
 mod error;
 mod pack;
+mod pinned;
 mod restore;
 mod state;
 pub mod stop;
@@ -30,10 +31,11 @@ pub mod strategy;
 pub use capture::{
     EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT,
     assign_param_ids, canonicalize_optimizer_bytes, encode_model, encode_optimizer,
-    encode_scheduler, pinned_state_bytes, save_memory, step_seed,
+    encode_scheduler, save_memory, step_seed,
 };
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use error::{Error, Result};
+pub use pinned::{PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
 pub use restore::{
     Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,
     read_verified_parts, restore, restore_latest,

@@ -5,10 +5,11 @@
 //! One test in this binary: it reads the process-wide [`pinned_state_bytes`] counter, which
 //! another test's snapshots would move.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ckpt_burn::{
     FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, pinned_state_bytes,
+    wait_pinned_at_most,
 };
 use ckpt_core::{Engine, EngineConfig, checkpoint_dir_name};
 use ckpt_demo::perf::{StateSize, TrainState};
@@ -37,16 +38,15 @@ fn staging_releases_the_state_before_the_persist_and_still_writes_the_captured_s
         snapshot.held_bytes()
     );
 
-    // Nothing persists this snapshot yet; its staging alone must give every handle back.
-    let t0 = Instant::now();
-    while pinned_state_bytes() != 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "{} bytes still pinned, with no persist running",
-            pinned_state_bytes()
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    // Nothing persists this snapshot yet; its staging alone must give every handle back, and
+    // the wait a training loop takes before its next update returns once it has.
+    let w = wait_pinned_at_most(0, Duration::from_secs(120));
+    assert!(
+        !w.timed_out && w.still_pinned == 0,
+        "{} bytes still pinned, with no persist running",
+        w.still_pinned
+    );
+    assert_eq!(pinned_state_bytes(), 0);
 
     // The trainer moves on; with no clone left, AdamW updates its moments in place.
     for _ in 0..3 {

@@ -27,8 +27,8 @@ use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use ckpt_burn::{
-    FrozenState, ResumableDataLoader, TrainerState, assign_param_ids, load_model, restore,
-    step_seed,
+    FrozenState, ResumableDataLoader, TrainerState, UpdateWait, assign_param_ids, load_model,
+    restore, step_seed,
 };
 use ckpt_core::{
     Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
@@ -123,6 +123,9 @@ pub struct DemoConfig {
     /// plus Burn's optimizer record, see [`ckpt_burn::save_memory`]) would exceed it are written
     /// while the trainer waits instead (`None`: no limit, every save in the background).
     pub snapshot_budget: Option<u64>,
+    /// Whether each optimizer update waits until the snapshots hold no more handles of the
+    /// state (see [`ckpt_burn::UpdateWait`]; by default where they are device memory).
+    pub update_wait: UpdateWait,
     /// Upload every published checkpoint to this object-store prefix (`s3://bucket/prefix`,
     /// feature `remote`); a resume falls back to it when no local checkpoint is as new.
     pub upload_to: Option<String>,
@@ -159,6 +162,7 @@ impl DemoConfig {
             max_in_flight: 1,
             backpressure: Backpressure::Block,
             snapshot_budget: None,
+            update_wait: UpdateWait::default(),
             upload_to: None,
             upload_keep_last: None,
             upload_max_mbps: None,
@@ -276,8 +280,12 @@ pub struct PinnedSample {
     pub save_step: u64,
     /// The step whose update followed it.
     pub update_step: u64,
-    /// Bytes of state still held by snapshots then ([`ckpt_burn::pinned_state_bytes`]).
+    /// Bytes of state still held by snapshots when the update ran
+    /// ([`ckpt_burn::pinned_state_bytes`], after any wait before the update).
     pub bytes: u64,
+    /// Time the training thread waited before that update for the snapshot to give the
+    /// state back ([`DemoConfig::update_wait`]); also counted in the save's `stall_ms`.
+    pub update_wait_ms: f64,
     /// Bytes the device's allocator had in use at the end of the save's step, before the
     /// capture (`Device::memory_pool_usage`, CubeCL's `memory_report(MemoryScope::Device)`;
     /// `None` on a backend that does not report it, such as Flex).
@@ -589,6 +597,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mse = MseLoss::new();
     let mut final_step = cfg.steps.max(start);
     let mut saved_before: Option<(u64, Option<u64>)> = None;
+    let wait_before_update = cfg.update_wait.applies_to(&device);
 
     for step in start + 1..=cfg.steps {
         let t_step = Instant::now();
@@ -599,6 +608,13 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         let loss_value = loss.clone().try_into_scalar::<f32>().ok();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let lr = sched.step();
+        // Forward and backward only read the state, so a save's staging overlaps them; the
+        // update waits for what is still held where the policy says so (device memory).
+        let waited = if wait_before_update {
+            ckpt_burn::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT).waited
+        } else {
+            Duration::ZERO
+        };
         let after_save = saved_before
             .take()
             .map(|(save_step, before)| (save_step, before, ckpt_burn::pinned_state_bytes()));
@@ -610,6 +626,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                 save_step,
                 update_step: step,
                 bytes,
+                update_wait_ms: ms(waited),
                 device_in_use_before,
                 device_in_use_after: device_in_use(&device),
             });
@@ -649,6 +666,13 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         report.backpressure = Some(cfg.backpressure);
     }
     report.absorb(session.finish(target, Target::close)?);
+    // A wait before the next update is training time that save blocked (the session counted
+    // it in that step's time, so its `lost` has it already).
+    for sample in &report.pinned_at_next_update {
+        if let Some(save) = report.saves.iter_mut().find(|s| s.step == sample.save_step) {
+            save.stall_ms += sample.update_wait_ms;
+        }
+    }
     if let Some(dir) = burn_dir {
         // Burn's checkpointer reports no persist time; its bytes are on disk now.
         for s in &mut report.saves {
@@ -663,6 +687,10 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)
 }
+
+/// Longest wait before an update for a save's snapshot to give the state back; past it the
+/// update copies what is still held (a warning says so).
+const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3

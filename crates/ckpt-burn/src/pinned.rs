@@ -1,0 +1,168 @@
+//! The training state that background snapshots still hold handle clones of, and the wait
+//! before an optimizer update that gives it back.
+//!
+//! A snapshot made with [`crate::FrozenState::into_snapshot`] holds clones of the model's and
+//! optimizer's tensor handles until its staging helper has copied them to host memory. An
+//! optimizer update that runs meanwhile cannot write those tensors in place: it allocates new
+//! ones (copy on write), which on a GPU backend is device memory, the scarcest resource there.
+//! Nothing mutates the state between two updates (forward and backward only read it), so the
+//! copies can overlap the next step's forward and backward passes and only the update has to
+//! wait for them: the DataStates-LLM schedule. [`wait_pinned_at_most`] is that wait, and
+//! [`UpdateWait`] says when a training loop takes it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bytes of training state that background saves still hold handle clones of (see
+/// [`pinned_state_bytes`]).
+static PINNED: AtomicU64 = AtomicU64::new(0);
+
+/// Notified whenever a [`Pin`] is given back, for [`wait_pinned_at_most`].
+static RELEASED: Condvar = Condvar::new();
+/// The mutex [`RELEASED`] is waited on with (it guards nothing but the wake-up).
+static RELEASED_LOCK: Mutex<()> = Mutex::new(());
+
+/// Bytes of training state (model tensors, optimizer state) that snapshots taken with
+/// [`crate::FrozenState::into_snapshot`] still hold handle clones of, in this process: not yet
+/// copied out by the staging helper or read by the persist thread. An optimizer update that
+/// runs while this is above zero copies the tensors it touches instead of writing in place
+/// (host memory on Flex, device memory on CubeCL backends). Sample it just before the update
+/// that follows a save to see how much of the state that update had to copy.
+pub fn pinned_state_bytes() -> u64 {
+    PINNED.load(Ordering::Relaxed)
+}
+
+/// A share of [`PINNED`], given back when dropped (read out, or the save dropped unread).
+pub(crate) struct Pin(u64);
+
+impl Pin {
+    pub(crate) fn new(bytes: u64) -> Self {
+        PINNED.fetch_add(bytes, Ordering::Relaxed);
+        Self(bytes)
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        PINNED.fetch_sub(self.0, Ordering::Relaxed);
+        // Taking the lock orders this release before a waiter's next check.
+        let _guard = RELEASED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        RELEASED.notify_all();
+    }
+}
+
+/// What [`wait_pinned_at_most`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedWait {
+    /// How long the calling thread waited.
+    pub waited: Duration,
+    /// Bytes still held when it stopped waiting ([`pinned_state_bytes`]): at most the limit,
+    /// unless the timeout ran out first.
+    pub still_pinned: u64,
+    /// Whether the timeout ran out with more than the limit still held.
+    pub timed_out: bool,
+}
+
+/// Blocks until the snapshots of this process hold handle clones of at most `limit` bytes of
+/// training state, or `timeout` has passed. Call it just before an optimizer update: the
+/// update then writes in place instead of copying what is still held. Sleeps (a condition
+/// variable woken as each share is given back), never spins. A timeout emits a warning: the
+/// update then copies the rest on write, which costs memory, never correctness.
+pub fn wait_pinned_at_most(limit: u64, timeout: Duration) -> PinnedWait {
+    let t0 = Instant::now();
+    let mut guard = RELEASED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let pinned = pinned_state_bytes();
+        let waited = t0.elapsed();
+        if pinned <= limit {
+            return PinnedWait {
+                waited,
+                still_pinned: pinned,
+                timed_out: false,
+            };
+        }
+        let Some(left) = timeout.checked_sub(waited).filter(|d| !d.is_zero()) else {
+            tracing::warn!(
+                pinned_bytes = pinned,
+                limit,
+                waited_ms = waited.as_secs_f64() * 1e3,
+                "a checkpoint still holds training state after the wait before the optimizer \
+                 update: the update copies it instead of writing in place (more memory, same \
+                 results)"
+            );
+            return PinnedWait {
+                waited,
+                still_pinned: pinned,
+                timed_out: true,
+            };
+        };
+        // Woken by every release; the short bound only guards against a missed wake-up.
+        guard = RELEASED
+            .wait_timeout(guard, left.min(Duration::from_millis(50)))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// Whether a training loop waits, before each optimizer update, until its snapshots hold no
+/// more handles ([`wait_pinned_at_most`] with a limit of 0).
+///
+/// Waiting moves the cost of a save from memory to time: the update writes in place (no copy
+/// on write, no second copy of the state on the device), and the training thread waits for
+/// whatever of the staging has not finished during the step's forward and backward passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpdateWait {
+    /// Wait where the held state is device memory (a backend with a device memory pool, the
+    /// CubeCL backends), not where it is host memory (Flex), where an update that copies on
+    /// write costs less training time than waiting for the staging.
+    #[default]
+    Auto,
+    /// Always wait.
+    Always,
+    /// Never wait: updates copy on write whatever is still held.
+    Never,
+}
+
+impl UpdateWait {
+    /// Whether to wait before updates of parameters on `device` (decide once per run: asking
+    /// a device backend for its memory pool is a call to its server). The wait itself is
+    /// [`wait_pinned_at_most`] with a limit of 0.
+    pub fn applies_to(self, device: &burn::tensor::Device) -> bool {
+        match self {
+            UpdateWait::Always => true,
+            UpdateWait::Never => false,
+            UpdateWait::Auto => device.memory_pool_usage().is_some(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // One test touches the process-wide counter, so the cases run in sequence in it.
+    #[test]
+    fn the_wait_ends_when_the_held_state_is_given_back_or_times_out() {
+        let base = pinned_state_bytes();
+        let pin = Pin::new(1000);
+        // Nothing gives it back: the timeout ends the wait and says so.
+        let w = wait_pinned_at_most(base, Duration::from_millis(30));
+        assert!(w.timed_out);
+        assert!(w.still_pinned >= base + 1000);
+        assert!(w.waited >= Duration::from_millis(30));
+        // A limit the held bytes fit in returns at once.
+        let w = wait_pinned_at_most(base + 1000, Duration::from_secs(5));
+        assert!(!w.timed_out);
+        // Given back on another thread while the wait is on: it returns, not timed out.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(pin);
+        });
+        let w = wait_pinned_at_most(base, Duration::from_secs(30));
+        releaser.join().unwrap();
+        assert!(!w.timed_out, "{w:?}");
+        assert!(w.waited >= Duration::from_millis(90), "{w:?}");
+        assert!(w.still_pinned <= base);
+    }
+}
