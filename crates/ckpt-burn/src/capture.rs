@@ -9,7 +9,10 @@
 //! (`ckpt-stage`, started from the calling thread so it runs at the trainer's priority, not the
 //! persist thread's): each model tensor is copied out (a device read forced on CubeCL) and its
 //! handle dropped, then Burn's optimizer record is taken and, where its data are host memory,
-//! the optimizer's handles are dropped at once. Most of the state is thus released before the
+//! the optimizer's handles are dropped at once. On a device backend (CubeCL) the model's
+//! tensors are instead read in one batch ([`Transaction`]) enqueued on the training thread's
+//! stream at the capture, ahead of anything the trainer queues next, and their handles are
+//! released there: the helper only waits for that read. Most of the state is thus released before the
 //! next optimizer update, which then writes in place: no copy-on-write of held tensors, and on
 //! a GPU no device memory held for the whole persist. The persist thread writes from the staged
 //! copies (a tensor it reaches before the helper is drawn from its handle directly). The
@@ -29,7 +32,7 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
-use burn::tensor::{Bool, Int, Tensor};
+use burn::tensor::{Bool, ExecutionError, Int, Tensor, Transaction};
 use ckpt_core::{SaveMemory, Snapshot};
 
 use crate::data::mix_seed;
@@ -60,14 +63,147 @@ pub fn encode_model<M: Module>(model: M) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// A tensor's bytes, taken once, when the writer draws it.
-type Draw = Box<dyn FnOnce() -> burn::tensor::TensorData + Send>;
+/// A model tensor's handle clone, of any rank and kind.
+trait HeldTensor: Send {
+    /// Its bytes, read now (a lazy device read on CubeCL, a copy on Flex).
+    fn draw(self: Box<Self>) -> burn::tensor::TensorData;
+    /// Registers it, without autodiff, in `tx` (one batched eager read).
+    fn register(self: Box<Self>, tx: Transaction) -> Transaction;
+}
+
+impl<const D: usize, K> HeldTensor for Tensor<D, K>
+where
+    K: burn::tensor::kind::Transaction + burn::tensor::kind::Autodiff,
+    Tensor<D, K>: Send,
+{
+    fn draw(self: Box<Self>) -> burn::tensor::TensorData {
+        (*self).into_data()
+    }
+    fn register(self: Box<Self>, tx: Transaction) -> Transaction {
+        tx.register((*self).inner())
+    }
+}
+
+/// The model's tensors read in one batch ([`read_model_eagerly`]): the read is enqueued on the
+/// training thread's device stream at the capture, and whichever thread needs the bytes first
+/// (the staging helper or the writer) waits for them and stages every slot.
+struct EagerRead {
+    pending: std::sync::Mutex<Option<PendingRead>>,
+    slots: Vec<SharedSlot>,
+}
+
+/// The transaction's future, polled once (which enqueued the read).
+type PendingRead = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = std::result::Result<Vec<burn::tensor::TensorData>, ExecutionError>,
+            > + Send,
+    >,
+>;
+
+impl EagerRead {
+    /// Waits for the read (once; later calls find it done) and stages its bytes into the
+    /// slots, or a failure that the writer reports.
+    fn resolve(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(read) = pending.take() else {
+            return;
+        };
+        let filled: Vec<Slot> = match block_on(read) {
+            Ok(datas) if datas.len() == self.slots.len() => datas
+                .into_iter()
+                .map(|d| Slot::Staged(host_bytes(d.into_bytes()).0))
+                .collect(),
+            Ok(datas) => {
+                let e = format!(
+                    "the device read returned {} tensors for {}",
+                    datas.len(),
+                    self.slots.len()
+                );
+                self.slots.iter().map(|_| Slot::Failed(e.clone())).collect()
+            }
+            Err(e) => {
+                let e = format!("reading the model from the device: {e:?}");
+                self.slots.iter().map(|_| Slot::Failed(e.clone())).collect()
+            }
+        };
+        for (slot, value) in self.slots.iter().zip(filled) {
+            *lock_slot(slot) = value;
+        }
+    }
+}
+
+/// Runs `fut` to completion on this thread (parking between wake-ups).
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+/// On a device backend, enqueues one batched read of every model tensor still held in
+/// `slots` on the calling (training) thread's stream, so it runs before anything the trainer
+/// queues next, and releases the handles and their pins at once: the next update writes the
+/// model in place however long the staging takes. The slots wait for the read
+/// ([`EagerRead`]). Nothing is done where the tensors do not live on one device backend.
+fn read_model_eagerly(slots: &[SharedSlot], device: Option<&burn::tensor::Device>) {
+    if !device.is_some_and(crate::pinned::holds_device_memory) {
+        return;
+    }
+    let mut held = Vec::new();
+    let mut tx = Transaction::default();
+    for slot in slots {
+        let mut guard = lock_slot(slot);
+        match std::mem::replace(&mut *guard, Slot::Taken) {
+            Slot::Held(tensor, pin) => {
+                tx = tensor.register(tx);
+                held.push((slot.clone(), pin));
+            }
+            other => *guard = other,
+        }
+    }
+    if held.is_empty() {
+        return;
+    }
+    let mut read: PendingRead = Box::pin(tx.execute_async());
+    // The first poll enqueues the device-to-host copies (burn-cubecl submits them before its
+    // first await) and drops the handles; it does not wait for the device.
+    let polled = read
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    let eager = std::sync::Arc::new(EagerRead {
+        pending: std::sync::Mutex::new(Some(match polled {
+            std::task::Poll::Ready(out) => Box::pin(std::future::ready(out)),
+            std::task::Poll::Pending => read,
+        })),
+        slots: held.iter().map(|(slot, _)| slot.clone()).collect(),
+    });
+    for (slot, pin) in held {
+        *lock_slot(&slot) = Slot::Pending(eager.clone());
+        drop(pin);
+    }
+}
 
 /// Where one model tensor of a snapshot is: its handle (counted in
 /// [`crate::pinned_state_bytes`] when the save is a background one), its staged host copy, or
 /// already taken by the writer.
 enum Slot {
-    Held(Draw, Option<Pin>),
+    Held(Box<dyn HeldTensor>, Option<Pin>),
+    /// In a batched device read enqueued at the capture (its handle already released).
+    Pending(std::sync::Arc<EagerRead>),
+    /// That read failed.
+    Failed(String),
     Staged(burn::tensor::Bytes),
     Taken,
 }
@@ -94,15 +230,22 @@ fn host_bytes(bytes: burn::tensor::Bytes) -> (burn::tensor::Bytes, bool) {
 /// the slot was already staged or taken (it is left as it is).
 fn stage_slot(slot: &SharedSlot) -> Option<bool> {
     let mut guard = lock_slot(slot);
-    let (draw, pin) = match std::mem::replace(&mut *guard, Slot::Taken) {
-        Slot::Held(draw, pin) => (draw, pin),
+    let (held, pin) = match std::mem::replace(&mut *guard, Slot::Taken) {
+        Slot::Held(held, pin) => (held, pin),
+        Slot::Pending(read) => {
+            // A batched device read: wait for it (it stages every slot of its batch).
+            *guard = Slot::Pending(read.clone());
+            drop(guard);
+            read.resolve();
+            return Some(true);
+        }
         // Staged or taken: put it back as it was.
         other => {
             *guard = other;
             return None;
         }
     };
-    let (bytes, on_device) = host_bytes(draw().into_bytes());
+    let (bytes, on_device) = host_bytes(held.draw().into_bytes());
     *guard = Slot::Staged(bytes);
     drop(pin);
     Some(on_device)
@@ -130,22 +273,31 @@ impl Entry {
             len,
             slot,
         } = self;
-        burn_pack::Tensor::deferred(
-            name,
-            dtype,
-            shape,
-            id,
-            len,
-            move || match std::mem::replace(&mut *lock_slot(&slot), Slot::Taken) {
-                Slot::Staged(bytes) => Ok(bytes),
-                Slot::Held(draw, pin) => {
-                    let data = draw();
-                    drop(pin);
-                    Ok(data.into_bytes())
+        burn_pack::Tensor::deferred(name, dtype, shape, id, len, move || {
+            loop {
+                let mut guard = lock_slot(&slot);
+                match std::mem::replace(&mut *guard, Slot::Taken) {
+                    Slot::Staged(bytes) => return Ok(bytes),
+                    Slot::Held(held, pin) => {
+                        drop(guard);
+                        let data = held.draw();
+                        drop(pin);
+                        return Ok(data.into_bytes());
+                    }
+                    Slot::Pending(read) => {
+                        // Put it back, wait for the read without the slot's lock (the read
+                        // stages every slot of its batch), then look again.
+                        *guard = Slot::Pending(read.clone());
+                        drop(guard);
+                        read.resolve();
+                    }
+                    Slot::Failed(e) => return Err(burn_pack::Error::IoError(e)),
+                    Slot::Taken => {
+                        return Err(burn_pack::Error::IoError("tensor drawn twice".into()));
+                    }
                 }
-                Slot::Taken => Err(burn_pack::Error::IoError("tensor drawn twice".into())),
-            },
-        )
+            }
+        })
     }
 }
 
@@ -170,12 +322,18 @@ impl DeferredCollector {
         }
     }
 
-    fn push(&mut self, id: ParamId, dtype: burn::tensor::DType, shape: Vec<usize>, draw: Draw) {
+    fn push(
+        &mut self,
+        id: ParamId,
+        dtype: burn::tensor::DType,
+        shape: Vec<usize>,
+        held: Box<dyn HeldTensor>,
+    ) {
         let name = self.path.join(".");
         let id = Some(id.val());
         let entry = if matches!(dtype, burn::tensor::DType::QFloat(_)) {
             // Packed quantized data has no size formula: take it now.
-            let (bytes, shape, dtype) = draw().into_parts();
+            let (bytes, shape, dtype) = held.draw().into_parts();
             let (bytes, _) = host_bytes(bytes);
             Entry {
                 name,
@@ -194,7 +352,7 @@ impl DeferredCollector {
                 shape: shape.into(),
                 id,
                 len,
-                slot: std::sync::Arc::new(std::sync::Mutex::new(Slot::Held(draw, pin))),
+                slot: std::sync::Arc::new(std::sync::Mutex::new(Slot::Held(held, pin))),
             }
         };
         self.entries.push(entry);
@@ -212,33 +370,35 @@ impl ModuleVisitor for DeferredCollector {
         let t = param.transform_for_save().val();
         self.note_device(t.device());
         let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
-        self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
+        self.push(param.id, dtype, shape, Box::new(t));
     }
     fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
         let t = param.transform_for_save().val();
         self.note_device(t.device());
         let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
-        self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
+        self.push(param.id, dtype, shape, Box::new(t));
     }
     fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
         let t = param.transform_for_save().val();
         self.note_device(t.device());
         let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
-        self.push(param.id, dtype, shape, Box::new(move || t.into_data()));
+        self.push(param.id, dtype, shape, Box::new(t));
     }
 }
 
 /// `model`'s parameters as entries holding handle clones (counted in
-/// [`crate::pinned_state_bytes`] when `pin`), and whether they all live on one device. `model` is dropped, so a tensor the trainer has
+/// [`crate::pinned_state_bytes`] when `pin`), and the device they all live on (`None` where
+/// they live on several, or there are none). `model` is dropped, so a tensor the trainer has
 /// since replaced is held only here.
-fn collect_model<M: Module>(model: M, pin: bool) -> (Vec<Entry>, bool) {
+fn collect_model<M: Module>(model: M, pin: bool) -> (Vec<Entry>, Option<burn::tensor::Device>) {
     let mut collector = DeferredCollector {
         pin,
         ..Default::default()
     };
     model.visit(&mut collector);
     drop(model);
-    (collector.entries, !collector.several_devices)
+    let device = collector.device.filter(|_| !collector.several_devices);
+    (collector.entries, device)
 }
 
 /// Streams the model record of `entries` into `sink`: the bytes of
@@ -338,6 +498,7 @@ impl StageJob {
             one_device,
             stage_model,
         } = self;
+        let t0 = Instant::now();
         // With no tensor staged here (the writer got to them all first), assume a device.
         let (mut staged, mut on_device) = (false, false);
         for slot in &slots {
@@ -351,11 +512,20 @@ impl StageJob {
         }
         drop(slots);
         let host = staged && !on_device && one_device;
+        let t_model = t0.elapsed();
         let record = optim.to_record();
+        let t_record = t0.elapsed();
         // Host data: the handles and their pin go now (`then_some` drops them when false).
         let held = (!host).then_some((optim, pin));
         let bytes = record.into_bytes()?;
         drop(held);
+        tracing::debug!(
+            model_ms = t_model.as_secs_f64() * 1e3,
+            to_record_ms = (t_record - t_model).as_secs_f64() * 1e3,
+            into_bytes_ms = (t0.elapsed() - t_record).as_secs_f64() * 1e3,
+            on_device,
+            "staged a save: the model's tensors, Burn's optimizer record, its bytes"
+        );
         Ok(bytes)
     }
 }
@@ -630,8 +800,13 @@ impl<M: Module + 'static> FrozenState<M> {
         // record is taken (see [`StageJob::run`]), while the persist thread writes the model
         // from the staged copies. The start is idempotent: the model part tries again in case
         // no thread could be started here.
-        let (entries, one_device) = collect_model(model, true);
-        let slots = entries.iter().map(|e| e.slot.clone()).collect();
+        let (entries, device) = collect_model(model, true);
+        let slots: Vec<SharedSlot> = entries.iter().map(|e| e.slot.clone()).collect();
+        if stage_model {
+            // On a device backend the model's reads are enqueued now, ahead of the next step.
+            read_model_eagerly(&slots, device.as_ref());
+        }
+        let one_device = device.is_some();
         let staging = std::sync::Arc::new(Staging::new(StageJob {
             slots,
             optim,

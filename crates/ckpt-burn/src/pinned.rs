@@ -105,6 +105,12 @@ pub fn wait_pinned_at_most(limit: u64, timeout: Duration) -> PinnedWait {
     }
 }
 
+/// Whether tensors on `device` are device memory: a backend with a device memory pool (the
+/// CubeCL ones), not Flex.
+pub(crate) fn holds_device_memory(device: &burn::tensor::Device) -> bool {
+    device.memory_pool_usage().is_some()
+}
+
 /// Whether a training loop waits, before each optimizer update, until its snapshots hold no
 /// more handles ([`wait_pinned_at_most`] with a limit of 0).
 ///
@@ -132,7 +138,7 @@ impl UpdateWait {
         match self {
             UpdateWait::Always => true,
             UpdateWait::Never => false,
-            UpdateWait::Auto => device.memory_pool_usage().is_some(),
+            UpdateWait::Auto => holds_device_memory(device),
         }
     }
 }
