@@ -13,11 +13,11 @@
 //! snapshot budgets of `--budgets` (fractions of the state) follow. Last, small runs on
 //! `--backend wgpu` (the CubeCL path: no checkpoints, ours, ours without the wait before the
 //! update, Burn's) measure what a save still holds at the next update and in device memory one
-//! step later, and the stall and lost time beside Burn's (`--no-cubecl` skips them). Every run is a separate
-//! process: its peak RSS comes from `wait4`. *Lost time* is the run's wall time to `done`
-//! (which includes waiting for the last save to be durable) minus the mean of the two baselines:
-//! every stall and every slowdown of the following steps, until each save is durable. The
-//! physical floor beside it: writing and `fsync`ing the state's bytes once.
+//! step later, and the stall and lost time beside Burn's (`--no-cubecl` skips them). Every run
+//! is a separate process: its peak RSS comes from `wait4`. *Lost time* is the run's wall time
+//! to `done` (which includes waiting for the last save to be durable) minus the mean of the two
+//! baselines: every stall and every slowdown of the following steps, until each save is
+//! durable. The physical floor beside it: writing and `fsync`ing the state's bytes once.
 
 use std::{
     fs::File,
@@ -68,8 +68,6 @@ struct Args {
     no_cubecl: bool,
 }
 
-/// The CubeCL-path run: the trainer on `--backend wgpu` (through Mesa's lavapipe here, the
-/// Vulkan driver of a GPU machine there), default flags, a save every 2 steps.
 /// The CubeCL runs, in order: no checkpoints, ours with default flags (which wait before the
 /// update on a device backend), ours without that wait, Burn's checkpointer.
 const CUBECL_RUNS: [(&str, &[&str]); 4] = [
@@ -79,6 +77,8 @@ const CUBECL_RUNS: [(&str, &[&str]); 4] = [
     ("burn", &["--save-mode", "burn"]),
 ];
 
+/// The CubeCL-path shape: the trainer on `--backend wgpu` (through Mesa's lavapipe here, the
+/// Vulkan driver of a GPU machine there), a save every 2 steps.
 const CUBECL: Shape = Shape {
     label: "cubecl-38mb",
     hidden: 1024,
@@ -409,11 +409,13 @@ fn main() -> Result<()> {
     let cubecl = (!args.no_cubecl).then(|| {
         CUBECL_RUNS.map(|(mode, flags)| {
             bar.set_message(format!("{} {mode}", CUBECL.label));
-            let mut all = vec!["--backend".to_string(), "wgpu".into()];
-            all.extend(flags.iter().map(|f| f.to_string()));
-            if !flags.contains(&"--save-every") {
-                all.extend(["--save-every".into(), CUBECL.save_every.to_string()]);
-            }
+            // The trainer takes a flag's last value: a run's own `--save-every` overrides.
+            let save_every = CUBECL.save_every.to_string();
+            let all: Vec<String> = ["--backend", "wgpu", "--save-every", &save_every]
+                .into_iter()
+                .chain(flags.iter().copied())
+                .map(String::from)
+                .collect();
             let r = run_trainer(&train, &dir, &CUBECL, mode, &all).map_err(|e| format!("{e:#}"));
             bar.inc(1);
             (mode, r)

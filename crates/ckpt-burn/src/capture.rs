@@ -12,9 +12,9 @@
 //! the optimizer's handles are dropped at once. On a device backend (CubeCL) the model's
 //! tensors are instead read in one batch ([`Transaction`]) enqueued on the training thread's
 //! stream at the capture, ahead of anything the trainer queues next, and their handles are
-//! released there: the helper only waits for that read. Most of the state is thus released before the
-//! next optimizer update, which then writes in place: no copy-on-write of held tensors, and on
-//! a GPU no device memory held for the whole persist. The persist thread writes from the staged
+//! released there: the helper only waits for that read. Most of the state is thus released
+//! before the next optimizer update, which then writes in place: no copy-on-write of held
+//! tensors, and on a GPU no device memory held for the whole persist. The persist thread writes from the staged
 //! copies (a tensor it reaches before the helper is drawn from its handle directly). The
 //! snapshot still holds the step-k values (verified on Flex and on the CubeCL path through
 //! wgpu). [`FrozenState::encode`] is the blocking path: the same bytes, produced on the calling
@@ -109,7 +109,7 @@ impl EagerRead {
         let Some(read) = pending.take() else {
             return;
         };
-        let filled: Vec<Slot> = match block_on(read) {
+        let filled: Vec<Slot> = match burn::tensor::read_sync(read) {
             Ok(datas) if datas.len() == self.slots.len() => datas
                 .into_iter()
                 .map(|d| Slot::Staged(host_bytes(d.into_bytes()).0))
@@ -133,25 +133,6 @@ impl EagerRead {
     }
 }
 
-/// Runs `fut` to completion on this thread (parking between wake-ups).
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
-}
-
 /// On a device backend, enqueues one batched read of every model tensor still held in
 /// `slots` on the calling (training) thread's stream, so it runs before anything the trainer
 /// queues next, and releases the handles and their pins at once: the next update writes the
@@ -161,19 +142,20 @@ fn read_model_eagerly(slots: &[SharedSlot], device: Option<&burn::tensor::Device
     if !device.is_some_and(crate::pinned::holds_device_memory) {
         return;
     }
-    let mut held = Vec::new();
+    let (mut batch, mut pins) = (Vec::new(), Vec::new());
     let mut tx = Transaction::default();
     for slot in slots {
         let mut guard = lock_slot(slot);
         match std::mem::replace(&mut *guard, Slot::Taken) {
             Slot::Held(tensor, pin) => {
                 tx = tensor.register(tx);
-                held.push((slot.clone(), pin));
+                batch.push(slot.clone());
+                pins.push(pin);
             }
             other => *guard = other,
         }
     }
-    if held.is_empty() {
+    if batch.is_empty() {
         return;
     }
     let mut read: PendingRead = Box::pin(tx.execute_async());
@@ -187,11 +169,28 @@ fn read_model_eagerly(slots: &[SharedSlot], device: Option<&burn::tensor::Device
             std::task::Poll::Ready(out) => Box::pin(std::future::ready(out)),
             std::task::Poll::Pending => read,
         })),
-        slots: held.iter().map(|(slot, _)| slot.clone()).collect(),
+        slots: batch,
     });
-    for (slot, pin) in held {
-        *lock_slot(&slot) = Slot::Pending(eager.clone());
-        drop(pin);
+    for slot in &eager.slots {
+        *lock_slot(slot) = Slot::Pending(eager.clone());
+    }
+    // The handles went with the first poll.
+    drop(pins);
+}
+
+/// Locks `slot` once it no longer waits for a batched device read, and says whether it did:
+/// the read is waited for without the slot's lock, since it stages every slot of its batch.
+fn lock_settled(slot: &SharedSlot) -> (std::sync::MutexGuard<'_, Slot>, bool) {
+    let mut waited = false;
+    loop {
+        let guard = lock_slot(slot);
+        let Slot::Pending(read) = &*guard else {
+            return (guard, waited);
+        };
+        let read = read.clone();
+        drop(guard);
+        read.resolve();
+        waited = true;
     }
 }
 
@@ -229,16 +228,13 @@ fn host_bytes(bytes: burn::tensor::Bytes) -> (burn::tensor::Bytes, bool) {
 /// [`crate::pinned_state_bytes`]). Returns whether its data lived on a device, or `None` where
 /// the slot was already staged or taken (it is left as it is).
 fn stage_slot(slot: &SharedSlot) -> Option<bool> {
-    let mut guard = lock_slot(slot);
+    let (mut guard, device_read) = lock_settled(slot);
+    if device_read {
+        // Staged by the batched device read just waited for.
+        return Some(true);
+    }
     let (held, pin) = match std::mem::replace(&mut *guard, Slot::Taken) {
         Slot::Held(held, pin) => (held, pin),
-        Slot::Pending(read) => {
-            // A batched device read: wait for it (it stages every slot of its batch).
-            *guard = Slot::Pending(read.clone());
-            drop(guard);
-            read.resolve();
-            return Some(true);
-        }
         // Staged or taken: put it back as it was.
         other => {
             *guard = other;
@@ -274,27 +270,19 @@ impl Entry {
             slot,
         } = self;
         burn_pack::Tensor::deferred(name, dtype, shape, id, len, move || {
-            loop {
-                let mut guard = lock_slot(&slot);
-                match std::mem::replace(&mut *guard, Slot::Taken) {
-                    Slot::Staged(bytes) => return Ok(bytes),
-                    Slot::Held(held, pin) => {
-                        drop(guard);
-                        let data = held.draw();
-                        drop(pin);
-                        return Ok(data.into_bytes());
-                    }
-                    Slot::Pending(read) => {
-                        // Put it back, wait for the read without the slot's lock (the read
-                        // stages every slot of its batch), then look again.
-                        *guard = Slot::Pending(read.clone());
-                        drop(guard);
-                        read.resolve();
-                    }
-                    Slot::Failed(e) => return Err(burn_pack::Error::IoError(e)),
-                    Slot::Taken => {
-                        return Err(burn_pack::Error::IoError("tensor drawn twice".into()));
-                    }
+            let mut guard = lock_settled(&slot).0;
+            match std::mem::replace(&mut *guard, Slot::Taken) {
+                Slot::Staged(bytes) => Ok(bytes),
+                Slot::Held(held, pin) => {
+                    drop(guard);
+                    let data = held.draw();
+                    drop(pin);
+                    Ok(data.into_bytes())
+                }
+                Slot::Failed(e) => Err(burn_pack::Error::IoError(e)),
+                // A settled slot is never pending.
+                Slot::Taken | Slot::Pending(_) => {
+                    Err(burn_pack::Error::IoError("tensor drawn twice".into()))
                 }
             }
         })
