@@ -17,7 +17,7 @@ pub(crate) struct Args {
     /// free memory (the state, the memcpy floor's two buffers, copy-on-write and encoding).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<String>>,
-    /// Where REPORT.md, report.json and the PNGs go.
+    /// Where LIBRARY.md, library.json and the PNGs go.
     #[arg(long, default_value = "docs/perf")]
     pub out: PathBuf,
     /// Small sizes and few repetitions: a smoke test of a minute or two.

@@ -1,4 +1,4 @@
-//! `report.json`: every sample of every section, with the run's description.
+//! `library.json`: every sample of every section, with the run's description.
 
 use serde_json::json;
 

@@ -1,5 +1,5 @@
 //! The performance report: runs every issue-5 comparison on this machine, side by side in one
-//! run, and writes `REPORT.md` (ratios first, then medians), `report.json` (every sample) and,
+//! run, and writes `LIBRARY.md` (ratios first, then medians), `library.json` (every sample) and,
 //! with the `plots` feature, PNG plots into `--out` (default `docs/perf`).
 //!
 //! ```text
@@ -30,7 +30,7 @@
 //! One module per part of the run: [`cli`] (flags and the plan derived from them), the
 //! measurements with the report section each writes ([`stall`] section 1, [`persist`] 2,
 //! [`overhead`] 3, [`restore`] 4, [`memory`] 5, [`zero`] 6), [`targets`] (the targets table),
-//! [`report`] (the Markdown around the sections), [`json`] (`report.json`) and [`plots`].
+//! [`report`] (the Markdown around the sections), [`json`] (`library.json`) and [`plots`].
 
 #[cfg(feature = "plots")]
 mod charts;
@@ -129,12 +129,12 @@ fn main() -> Result<()> {
     write_outputs(&inputs, &args.out, &p, t0)
 }
 
-/// Writes `REPORT.md` and `report.json` into `out`.
+/// Writes `LIBRARY.md` and `library.json` into `out`.
 fn write_outputs(inputs: &Inputs, out: &Path, p: &Progress, t0: Instant) -> Result<()> {
     let md = report::write_report(inputs);
-    let report = out.join("REPORT.md");
+    let report = out.join("LIBRARY.md");
     std::fs::write(&report, md).with_context(|| format!("writing {}", report.display()))?;
-    let json = out.join("report.json");
+    let json = out.join("library.json");
     std::fs::write(
         &json,
         serde_json::to_string_pretty(&json::write_json(inputs))?,

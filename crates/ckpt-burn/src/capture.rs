@@ -7,14 +7,16 @@
 //!
 //! [`FrozenState::into_snapshot`] then *stages* the state to host memory on a helper thread
 //! (`ckpt-stage`, started from the calling thread so it runs at the trainer's priority, not the
-//! persist thread's): each model tensor is copied out (a device read forced on CubeCL) and its
-//! handle dropped, then Burn's optimizer record is taken and, where its data are host memory,
-//! the optimizer's handles are dropped at once. On a device backend (CubeCL) the model's
-//! tensors are instead read in one batch ([`Transaction`]) enqueued on the training thread's
-//! stream at the capture, ahead of anything the trainer queues next, and their handles are
-//! released there: the helper only waits for that read. Most of the state is thus released
-//! before the next optimizer update, which then writes in place: no copy-on-write of held
-//! tensors, and on a GPU no device memory held for the whole persist. The persist thread writes from the staged
+//! persist thread's). Where the state is host memory (Flex), Burn's optimizer record is taken
+//! first (an eager copy, two thirds of the state with AdamW) and the optimizer's handles are
+//! dropped as soon as it is, then each model tensor is copied out and its handle dropped.
+//! Elsewhere the model goes first and the optimizer's handles are kept until its record is
+//! encoded (on CubeCL the record's data are lazy device reads). On a device backend the model's
+//! tensors are read in one batch ([`Transaction`]) enqueued on the training thread's stream at
+//! the capture, ahead of anything the trainer queues next, and their handles are released
+//! there: the helper only waits for that read. Most of the state is thus released before the
+//! next optimizer update, which then writes in place: no copy-on-write of held tensors, and on
+//! a GPU no device memory held for the whole persist. The persist thread writes from the staged
 //! copies (a tensor it reaches before the helper is drawn from its handle directly). The
 //! snapshot still holds the step-k values (verified on Flex and on the CubeCL path through
 //! wgpu). [`FrozenState::encode`] is the blocking path: the same bytes, produced on the calling
@@ -112,7 +114,7 @@ impl EagerRead {
         let filled: Vec<Slot> = match burn::tensor::read_sync(read) {
             Ok(datas) if datas.len() == self.slots.len() => datas
                 .into_iter()
-                .map(|d| Slot::Staged(host_bytes(d.into_bytes()).0))
+                .map(|d| Slot::Staged(host_bytes(d.into_bytes())))
                 .collect(),
             Ok(datas) => {
                 let e = format!(
@@ -178,19 +180,17 @@ fn read_model_eagerly(slots: &[SharedSlot], device: Option<&burn::tensor::Device
     drop(pins);
 }
 
-/// Locks `slot` once it no longer waits for a batched device read, and says whether it did:
-/// the read is waited for without the slot's lock, since it stages every slot of its batch.
-fn lock_settled(slot: &SharedSlot) -> (std::sync::MutexGuard<'_, Slot>, bool) {
-    let mut waited = false;
+/// Locks `slot` once it no longer waits for a batched device read: the read is waited for
+/// without the slot's lock, since it stages every slot of its batch.
+fn lock_settled(slot: &SharedSlot) -> std::sync::MutexGuard<'_, Slot> {
     loop {
         let guard = lock_slot(slot);
         let Slot::Pending(read) = &*guard else {
-            return (guard, waited);
+            return guard;
         };
         let read = read.clone();
         drop(guard);
         read.resolve();
-        waited = true;
     }
 }
 
@@ -215,36 +215,27 @@ fn lock_slot(slot: &SharedSlot) -> std::sync::MutexGuard<'_, Slot> {
 }
 
 /// Host bytes for `bytes`: a lazy device read (CubeCL) is forced into a host buffer of its own
-/// so that nothing of the device allocation is kept. The flag says whether it was one.
-fn host_bytes(bytes: burn::tensor::Bytes) -> (burn::tensor::Bytes, bool) {
+/// so that nothing of the device allocation is kept.
+fn host_bytes(bytes: burn::tensor::Bytes) -> burn::tensor::Bytes {
     if bytes.property() == burn::tensor::AllocationProperty::Device {
-        (burn::tensor::Bytes::from_bytes_vec(bytes.to_vec()), true)
+        burn::tensor::Bytes::from_bytes_vec(bytes.to_vec())
     } else {
-        (bytes, false)
+        bytes
     }
 }
 
 /// Copies a held tensor to host memory and releases its handle (and its share of
-/// [`crate::pinned_state_bytes`]). Returns whether its data lived on a device, or `None` where
-/// the slot was already staged or taken (it is left as it is).
-fn stage_slot(slot: &SharedSlot) -> Option<bool> {
-    let (mut guard, device_read) = lock_settled(slot);
-    if device_read {
-        // Staged by the batched device read just waited for.
-        return Some(true);
-    }
-    let (held, pin) = match std::mem::replace(&mut *guard, Slot::Taken) {
-        Slot::Held(held, pin) => (held, pin),
-        // Staged or taken: put it back as it was.
-        other => {
-            *guard = other;
-            return None;
+/// [`crate::pinned_state_bytes`]); a slot in a batched device read waits for it, and one
+/// already staged or taken is left as it is.
+fn stage_slot(slot: &SharedSlot) {
+    let mut guard = lock_settled(slot);
+    match std::mem::replace(&mut *guard, Slot::Taken) {
+        Slot::Held(held, pin) => {
+            *guard = Slot::Staged(host_bytes(held.draw().into_bytes()));
+            drop(pin);
         }
-    };
-    let (bytes, on_device) = host_bytes(held.draw().into_bytes());
-    *guard = Slot::Staged(bytes);
-    drop(pin);
-    Some(on_device)
+        other => *guard = other,
+    }
 }
 
 /// One model tensor, named and ordered exactly as `Module::into_record` records it.
@@ -270,7 +261,7 @@ impl Entry {
             slot,
         } = self;
         burn_pack::Tensor::deferred(name, dtype, shape, id, len, move || {
-            let mut guard = lock_settled(&slot).0;
+            let mut guard = lock_settled(&slot);
             match std::mem::replace(&mut *guard, Slot::Taken) {
                 Slot::Staged(bytes) => Ok(bytes),
                 Slot::Held(held, pin) => {
@@ -322,7 +313,7 @@ impl DeferredCollector {
         let entry = if matches!(dtype, burn::tensor::DType::QFloat(_)) {
             // Packed quantized data has no size formula: take it now.
             let (bytes, shape, dtype) = held.draw().into_parts();
-            let (bytes, _) = host_bytes(bytes);
+            let bytes = host_bytes(bytes);
             Entry {
                 name,
                 dtype,
@@ -453,10 +444,11 @@ struct StageJob {
     slots: Vec<SharedSlot>,
     optim: ModuleOptimizer,
     pin: Pin,
-    /// Whether the model's parameters all live on one device.
-    one_device: bool,
-    /// Whether to stage every model tensor, or only the first (to learn where the state
-    /// lives) and leave the rest to the writer, for a save the trainer waits on.
+    /// Whether the model's parameters all live on one host-memory device (Flex), known at the
+    /// capture: Burn's optimizer record is then an eager host copy.
+    host: bool,
+    /// Whether to stage the model's tensors, or leave them to the writer (which draws each from
+    /// its handle as it writes it) for a save the trainer waits on.
     stage_model: bool,
 }
 
@@ -469,53 +461,68 @@ enum StageState {
 }
 
 impl StageJob {
-    /// Stages the model's tensors to host memory, then takes and encodes Burn's record of the
-    /// optimizer. The model goes first: each tensor staged releases its handle at once, where
-    /// the record releases nothing until it is whole, so more of the state is released by any
-    /// given moment. The optimizer's handles are dropped as soon as the record is taken when
-    /// the state is host memory (Flex: learned from the model tensors staged, on a model that
-    /// lives on one device). On a device backend the record's data are lazy device reads, so
-    /// the handles are kept until the record is encoded: a handle released earlier would let
-    /// the next update write in place into a buffer the record still has to read.
+    /// Stages the model's tensors to host memory and takes and encodes Burn's record of the
+    /// optimizer, releasing each handle as soon as its bytes are on the host, so that as much
+    /// of the state as possible is released before the next optimizer update.
+    ///
+    /// - Host state (Flex): the record is taken first. `to_record` copies the moments out
+    ///   eagerly, so the optimizer's handles (two thirds of the state with AdamW) are released
+    ///   as soon as it returns; the model's tensors are staged next, then the record encoded.
+    /// - Device state (CubeCL), or where that is unknown: the model goes first (on CubeCL its
+    ///   read was enqueued at the capture, so this only waits for it), since each tensor staged
+    ///   releases its handle at once. The record's data are lazy device reads there, so the
+    ///   optimizer's handles are kept until the record is encoded: a handle released earlier
+    ///   would let the next update write in place into a buffer the record still has to read.
     fn run(self) -> std::result::Result<burn::tensor::Bytes, BoxError> {
         fail::fail_point!(STAGE_FAILPOINT);
         let StageJob {
             slots,
             optim,
             pin,
-            one_device,
+            host,
             stage_model,
         } = self;
         let t0 = Instant::now();
-        // With no tensor staged here (the writer got to them all first), assume a device.
-        let (mut staged, mut on_device) = (false, false);
-        for slot in &slots {
-            if staged && !stage_model {
-                break;
-            }
-            if let Some(device) = stage_slot(slot) {
-                staged = true;
-                on_device |= device;
+        // Host state: the record first, and the optimizer's handles and pin go with it.
+        let optim = if host {
+            let record = optim.to_record();
+            drop((optim, pin));
+            OptimState::Recorded(record)
+        } else {
+            OptimState::Held(optim, pin)
+        };
+        let t_early = t0.elapsed();
+        if stage_model {
+            for slot in &slots {
+                stage_slot(slot);
             }
         }
         drop(slots);
-        let host = staged && !on_device && one_device;
         let t_model = t0.elapsed();
-        let record = optim.to_record();
-        let t_record = t0.elapsed();
-        // Host data: the handles and their pin go now (`then_some` drops them when false).
-        let held = (!host).then_some((optim, pin));
-        let bytes = record.into_bytes()?;
-        drop(held);
+        let bytes = match optim {
+            OptimState::Recorded(record) => record.into_bytes()?,
+            OptimState::Held(optim, pin) => {
+                let bytes = optim.to_record().into_bytes()?;
+                drop((optim, pin));
+                bytes
+            }
+        };
         tracing::debug!(
-            model_ms = t_model.as_secs_f64() * 1e3,
-            to_record_ms = (t_record - t_model).as_secs_f64() * 1e3,
-            into_bytes_ms = (t0.elapsed() - t_record).as_secs_f64() * 1e3,
-            on_device,
+            record_first_ms = t_early.as_secs_f64() * 1e3,
+            model_ms = (t_model - t_early).as_secs_f64() * 1e3,
+            rest_ms = (t0.elapsed() - t_model).as_secs_f64() * 1e3,
+            host,
             "staged a save: the model's tensors, Burn's optimizer record, its bytes"
         );
         Ok(bytes)
     }
+}
+
+/// The optimizer's state on the staging helper: Burn's record already taken (its handles
+/// released), or the handles and their pin.
+enum OptimState {
+    Recorded(OptimizerRecord),
+    Held(ModuleOptimizer, Pin),
 }
 
 /// Burn's record of `optim`, encoded; `optim` (its handles) is dropped only once the bytes are
@@ -794,12 +801,14 @@ impl<M: Module + 'static> FrozenState<M> {
             // On a device backend the model's reads are enqueued now, ahead of the next step.
             read_model_eagerly(&slots, device.as_ref());
         }
-        let one_device = device.is_some();
+        let host = device
+            .as_ref()
+            .is_some_and(|d| !crate::pinned::holds_device_memory(d));
         let staging = std::sync::Arc::new(Staging::new(StageJob {
             slots,
             optim,
             pin: Pin::new(optim_bytes),
-            one_device,
+            host,
             stage_model,
         }));
         staging.start();
