@@ -374,6 +374,14 @@ fn main() -> Result<()> {
         };
         let every = vec!["--save-every".to_string(), shape.save_every.to_string()];
         let none = vec!["--save-every".to_string(), "0".to_string()];
+        // Unrecorded: two steps without checkpoints, so that no recorded run is the first to
+        // touch this size's memory. In two runs of this bench before it, the 4gb run without
+        // checkpoints before ours took 159-166 s and the one after it 107-113 s.
+        bar.set_message(format!("{} warm-up", shape.label));
+        let warm: Vec<String> = ["--save-every", "0", "--steps", "2"]
+            .map(String::from)
+            .into();
+        run_trainer(&train, &dir, shape, "warm-up", &warm)?;
         let base0 = go("none-before", &none)?;
         let ours = go("ours", &every)?;
         let mut burn_flags = every.clone();
@@ -407,6 +415,14 @@ fn main() -> Result<()> {
     }
     // A trainer without wgpu or a machine without Vulkan: said in the report, not fatal.
     let cubecl = (!args.no_cubecl).then(|| {
+        // Unrecorded, as for every size: the first wgpu run also compiles the shaders.
+        bar.set_message(format!("{} warm-up", CUBECL.label));
+        let warm: Vec<String> = ["--backend", "wgpu", "--save-every", "0", "--steps", "2"]
+            .map(String::from)
+            .into();
+        if let Err(e) = run_trainer(&train, &dir, &CUBECL, "warm-up", &warm) {
+            bar.println(format!("{} warm-up failed: {e:#}", CUBECL.label));
+        }
         CUBECL_RUNS.map(|(mode, flags)| {
             bar.set_message(format!("{} {mode}", CUBECL.label));
             // The trainer takes a flag's last value: a run's own `--save-every` overrides.
@@ -522,7 +538,7 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
             elapsed_s / 60.0
         ),
     );
-    w(&mut o, "Every row comes from the same configuration: `target/release/examples/train` with its **default flags** (`--save-mode async`, `--snapshot-budget-mb auto`, default retention and persist slots) except the model size, the run length and `--save-every`. *Burn* is the same command with `--save-mode burn` (Burn's `AsyncCheckpointer<FileCheckpointer>`, what the learner uses). Each size runs no checkpoints, ours, Burn's, no checkpoints again, one after another; the two baselines show the machine's drift. The machine is a shared 2-core VM: treat single runs as noisy and read ratios.\n".into());
+    w(&mut o, "Every row comes from the same configuration: `target/release/examples/train` with its **default flags** (`--save-mode async`, `--snapshot-budget-mb auto`, default retention and persist slots) except the model size, the run length and `--save-every`. *Burn* is the same command with `--save-mode burn` (Burn's `AsyncCheckpointer<FileCheckpointer>`, what the learner uses). Each size runs no checkpoints, ours, Burn's, no checkpoints again, one after another, after an unrecorded two-step warm-up run of the same shape (the first run to touch a size's memory is slow on this VM); the two baselines show the machine's drift. The machine is a shared 2-core VM: treat single runs as noisy and read ratios.\n".into());
     w(&mut o, "- *stall*: the training thread's time in the save call, median [min-max] over the run's saves.\n- *lost per save*: (wall time to `done`, which waits for the last save to be durable) minus the mean of the two baselines, divided by the saves: stalls plus every slowdown of the following steps until each save is durable, the last save's whole persist included.\n- *extra RSS*: peak RSS of the run (`wait4`) minus the mean of the baselines' peaks.\n- *disk floor*: writing the state's bytes once in 8 MiB writes and `fsync`ing them (no save can be durable sooner).\n".into());
 
     // Targets.

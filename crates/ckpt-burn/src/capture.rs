@@ -6,8 +6,8 @@
 //! (a few scalars) and the trainer state; that is the whole stall.
 //!
 //! [`FrozenState::into_snapshot`] then *stages* the state to host memory on a helper thread
-//! (`ckpt-stage`, started from the calling thread so it runs at the trainer's priority, not the
-//! persist thread's). Where the state is host memory (Flex), Burn's optimizer record is taken
+//! (`ckpt-stage`, one per training thread, started from it at its first save so that it runs
+//! at the trainer's priority, not the persist thread's, and kept for the next saves). Where the state is host memory (Flex), Burn's optimizer record is taken
 //! first (an eager copy, two thirds of the state with AdamW) and the optimizer's handles are
 //! dropped as soon as it is, then each model tensor is copied out and its handle dropped.
 //! Elsewhere the model goes first and the optimizer's handles are kept until its record is
@@ -437,7 +437,11 @@ pub const STAGE_FAILPOINT: &str = "ckpt_burn::stage";
 
 /// A background save's staging, run on the `ckpt-stage` helper thread from the moment the
 /// snapshot is made (or inline by the writer, where no thread can be started).
-struct Staging(std::sync::Mutex<StageState>);
+struct Staging {
+    state: std::sync::Mutex<StageState>,
+    /// Whether it was handed to a staging thread (once).
+    queued: std::sync::atomic::AtomicBool,
+}
 
 /// What the helper is given: the model's slots, the optimizer's handles, and their pin.
 struct StageJob {
@@ -452,11 +456,14 @@ struct StageJob {
     stage_model: bool,
 }
 
-/// A staging job not yet started, running on its thread (which returns the encoded optimizer
-/// record), or its result taken by the optimizer part.
+/// What a staging job produces: Burn's optimizer record, encoded.
+type StageResult = std::result::Result<burn::tensor::Bytes, BoxError>;
+
+/// A staging job not yet started, running on the staging thread (whose result arrives on the
+/// receiver), or its result taken by the optimizer part.
 enum StageState {
     Waiting(StageJob),
-    Running(std::thread::JoinHandle<std::result::Result<burn::tensor::Bytes, BoxError>>),
+    Running(std::sync::mpsc::Receiver<StageResult>),
     Taken,
 }
 
@@ -473,7 +480,7 @@ impl StageJob {
     ///   releases its handle at once. The record's data are lazy device reads there, so the
     ///   optimizer's handles are kept until the record is encoded: a handle released earlier
     ///   would let the next update write in place into a buffer the record still has to read.
-    fn run(self) -> std::result::Result<burn::tensor::Bytes, BoxError> {
+    fn run(self) -> StageResult {
         fail::fail_point!(STAGE_FAILPOINT);
         let StageJob {
             slots,
@@ -535,54 +542,103 @@ fn encode_record(optim: ModuleOptimizer) -> std::result::Result<burn::tensor::By
 
 impl Staging {
     fn new(job: StageJob) -> Self {
-        Self(std::sync::Mutex::new(StageState::Waiting(job)))
+        Self {
+            state: std::sync::Mutex::new(StageState::Waiting(job)),
+            queued: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, StageState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the staging on a helper thread, which inherits the calling thread's scheduling
-    /// priority (once; a later call does nothing).
-    fn start(&self) {
+    /// Hands the staging to the calling thread's staging thread, started on first use so that
+    /// it inherits the calling thread's scheduling priority (once; a later call does nothing).
+    /// Where no thread can be started, the writer stages when it gets to the optimizer part.
+    fn start(self: &std::sync::Arc<Self>) {
+        if !self.queued.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            stage_on_helper(self.clone());
+        }
+    }
+
+    /// Runs the job on the staging thread, unless the writer has taken it already.
+    fn run_here(&self) {
         let mut state = self.lock();
         let job = match std::mem::replace(&mut *state, StageState::Taken) {
             StageState::Waiting(job) => job,
-            // Running or taken: put it back as it was.
             other => {
                 *state = other;
                 return;
             }
         };
-        // The job travels by channel, so a failed spawn hands it back for the inline path.
-        let (tx, rx) = std::sync::mpsc::channel::<StageJob>();
-        let spawned = std::thread::Builder::new()
-            .name("ckpt-stage".into())
-            .spawn(move || match rx.recv() {
-                Ok(job) => job.run(),
-                Err(_) => Err("the state never reached its staging thread".into()),
-            });
-        *state = match spawned {
-            Ok(handle) => match tx.send(job) {
-                Ok(()) => StageState::Running(handle),
-                Err(back) => StageState::Waiting(back.0),
-            },
-            Err(e) => {
-                tracing::debug!(error = %e, "no staging thread: the state is read by the persist thread");
-                StageState::Waiting(job)
-            }
-        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        *state = StageState::Running(rx);
+        drop(state);
+        // A closed receiver means the save was dropped: nobody wants the result.
+        let _ = tx.send(job.run());
     }
 
-    /// The encoded optimizer record: the helper thread's, or staged and encoded now if it was
-    /// never started.
-    fn bytes(&self) -> std::result::Result<burn::tensor::Bytes, BoxError> {
-        match std::mem::replace(&mut *self.lock(), StageState::Taken) {
+    /// The encoded optimizer record: the staging thread's, or staged and encoded now if that
+    /// thread has not started on it.
+    fn bytes(&self) -> StageResult {
+        let state = std::mem::replace(&mut *self.lock(), StageState::Taken);
+        match state {
             StageState::Waiting(job) => job.run(),
-            StageState::Running(handle) => handle
-                .join()
+            StageState::Running(rx) => rx
+                .recv()
                 .map_err(|_| BoxError::from("the staging thread panicked"))?,
             StageState::Taken => Err("the optimizer record was taken twice".into()),
+        }
+    }
+}
+
+thread_local! {
+    /// The calling thread's staging thread (`ckpt-stage`), started at its first save and kept
+    /// for the next: starting a thread at every save cost the training thread up to a few
+    /// milliseconds of its stall on a busy machine. It exits when the calling thread does.
+    static STAGER: std::cell::RefCell<Option<std::sync::mpsc::Sender<std::sync::Arc<Staging>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Queues `staging` on the calling thread's staging thread, starting it if there is none (or
+/// the last one died with a panic). Jobs run in the order queued.
+fn stage_on_helper(staging: std::sync::Arc<Staging>) {
+    STAGER.with(|stager| {
+        let mut stager = stager.borrow_mut();
+        let mut staging = staging;
+        for _ in 0..2 {
+            if stager.is_none() {
+                *stager = start_stager();
+            }
+            let Some(tx) = stager.as_ref() else {
+                return;
+            };
+            match tx.send(staging) {
+                Ok(()) => return,
+                Err(back) => {
+                    staging = back.0;
+                    *stager = None;
+                }
+            }
+        }
+    });
+}
+
+/// Starts a staging thread; `None` (said at debug level) where the system refuses.
+fn start_stager() -> Option<std::sync::mpsc::Sender<std::sync::Arc<Staging>>> {
+    let (tx, rx) = std::sync::mpsc::channel::<std::sync::Arc<Staging>>();
+    let spawned = std::thread::Builder::new()
+        .name("ckpt-stage".into())
+        .spawn(move || {
+            for staging in rx {
+                staging.run_here();
+            }
+        });
+    match spawned {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            tracing::debug!(error = %e, "no staging thread: the state is read by the persist thread");
+            None
         }
     }
 }
@@ -746,12 +802,12 @@ impl<M: Module + 'static> FrozenState<M> {
         self.capture_time
     }
 
-    /// A snapshot whose model and optimizer parts are staged to host memory by a helper thread
-    /// started here (see the module docs) and written later by the persist thread. The time
-    /// spent here (collecting the handles, starting the helper) is added to the capture time,
-    /// recorded as the snapshot's stall. The parts
-    /// declare what they hold ([`Snapshot::holding`]) for an optimizer record of the AdamW
-    /// size; see [`Self::into_snapshot_sized`].
+    /// A snapshot whose model and optimizer parts are staged to host memory by the calling
+    /// thread's staging thread (see the module docs) and written later by the persist thread.
+    /// The time spent here (collecting the handles, queueing the staging) is added to the
+    /// capture time, recorded as the snapshot's stall. The parts declare what they hold
+    /// ([`Snapshot::holding`]) for an optimizer record of the AdamW size; see
+    /// [`Self::into_snapshot_sized`].
     pub fn into_snapshot(self) -> Snapshot {
         self.into_snapshot_sized(None)
     }
@@ -790,11 +846,11 @@ impl<M: Module + 'static> FrozenState<M> {
             ..
         } = self;
         let t0 = Instant::now();
-        // Staging starts now, on a helper thread that inherits this (the trainer's) priority:
-        // the model's tensors are copied out and their handles released, then the optimizer's
-        // record is taken (see [`StageJob::run`]), while the persist thread writes the model
-        // from the staged copies. The start is idempotent: the model part tries again in case
-        // no thread could be started here.
+        // Staging starts now, on this (the trainer's) thread's staging thread, at its priority:
+        // the optimizer's record is taken and the model's tensors copied out, each handle
+        // released as soon as it can be (see [`StageJob::run`]), while the persist thread
+        // writes the model from the staged copies. The start is idempotent: the model part
+        // tries again in case no thread could be started here.
         let (entries, device) = collect_model(model, true);
         let slots: Vec<SharedSlot> = entries.iter().map(|e| e.slot.clone()).collect();
         if stage_model {
