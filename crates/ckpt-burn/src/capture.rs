@@ -5,9 +5,11 @@
 //! therefore only clones the model, the [`ModuleOptimizer`] (handles), the scheduler record
 //! (a few scalars) and the trainer state; that is the whole stall.
 //!
-//! [`FrozenState::into_snapshot`] then *stages* the state to host memory on a helper thread
-//! (`ckpt-stage`, one per training thread, started from it at its first save so that it runs
-//! at the trainer's priority, not the persist thread's, and kept for the next saves). Where the state is host memory (Flex), Burn's optimizer record is taken
+//! The snapshot made by [`FrozenState::into_snapshot`] then *stages* the state to host memory
+//! on a helper thread (`ckpt-stage`, one per training thread, started from it at its first save
+//! so that it runs at the trainer's priority, not the persist thread's, and kept for the next
+//! saves), from the moment an engine accepts the snapshot ([`Snapshot::on_accepted`]): at the
+//! end of the save call, and not at all for a snapshot the engine skips. Where the state is host memory (Flex), Burn's optimizer record is taken
 //! first (an eager copy, two thirds of the state with AdamW) and the optimizer's handles are
 //! dropped as soon as it is, then each model tensor is copied out and its handle dropped.
 //! Elsewhere the model goes first and the optimizer's handles are kept until its record is
@@ -630,6 +632,10 @@ fn start_stager() -> Option<std::sync::mpsc::Sender<std::sync::Arc<Staging>>> {
     let spawned = std::thread::Builder::new()
         .name("ckpt-stage".into())
         .spawn(move || {
+            // At the trainer's nice value, but woken at every save without preempting it.
+            if !ckpt_core::priority::batch_current_thread() {
+                tracing::debug!("the staging thread keeps the default scheduling policy");
+            }
             for staging in rx {
                 staging.run_here();
             }
@@ -803,9 +809,9 @@ impl<M: Module + 'static> FrozenState<M> {
     }
 
     /// A snapshot whose model and optimizer parts are staged to host memory by the calling
-    /// thread's staging thread (see the module docs) and written later by the persist thread.
-    /// The time spent here (collecting the handles, queueing the staging) is added to the
-    /// capture time, recorded as the snapshot's stall. The parts declare what they hold
+    /// thread's staging thread once an engine accepts it (see the module docs) and written
+    /// later by the persist thread. The time spent here (collecting the handles) is added to
+    /// the capture time, recorded as the snapshot's stall. The parts declare what they hold
     /// ([`Snapshot::holding`]) for an optimizer record of the AdamW size; see
     /// [`Self::into_snapshot_sized`].
     pub fn into_snapshot(self) -> Snapshot {
@@ -846,11 +852,12 @@ impl<M: Module + 'static> FrozenState<M> {
             ..
         } = self;
         let t0 = Instant::now();
-        // Staging starts now, on this (the trainer's) thread's staging thread, at its priority:
-        // the optimizer's record is taken and the model's tensors copied out, each handle
-        // released as soon as it can be (see [`StageJob::run`]), while the persist thread
-        // writes the model from the staged copies. The start is idempotent: the model part
-        // tries again in case no thread could be started here.
+        // Staging starts when the engine accepts the snapshot, on this (the trainer's) thread's
+        // staging thread, at its priority: the optimizer's record is taken and the model's
+        // tensors copied out, each handle released as soon as it can be (see
+        // [`StageJob::run`]), while the persist thread writes the model from the staged
+        // copies. The start is idempotent: the model part tries again, for an engine that
+        // writes the snapshot without accepting it for its persist thread.
         let (entries, device) = collect_model(model, true);
         let slots: Vec<SharedSlot> = entries.iter().map(|e| e.slot.clone()).collect();
         if stage_model {
@@ -867,8 +874,8 @@ impl<M: Module + 'static> FrozenState<M> {
             host,
             stage_model,
         }));
-        staging.start();
         let starter = staging.clone();
+        let on_accepted = staging.clone();
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             starter.start();
             write_entries(entries, sink).map(drop)
@@ -890,7 +897,10 @@ impl<M: Module + 'static> FrozenState<M> {
             .with_producer(OPTIM_FILE, optim_part)
             .holding(optim_bytes)
             .with_producer(SCHEDULER_FILE, sched_part)
-            .with_bytes(TRAINER_FILE, trainer.to_bytes());
+            .with_bytes(TRAINER_FILE, trainer.to_bytes())
+            // Staged once the engine takes it (not for a snapshot it skips), at the end of the
+            // save call, so the staging thread does not compete with the rest of that call.
+            .on_accepted(move || on_accepted.start());
         snap.with_capture_time(capture_time + t0.elapsed())
     }
 

@@ -1,6 +1,7 @@
-//! A background save stages the state to host memory by itself: every handle its snapshot
-//! holds is released before anything is persisted, so the next optimizer update writes in
-//! place, and what the snapshot writes later is still the state of the step it was taken at.
+//! A background save stages the state to host memory by itself once an engine accepts its
+//! snapshot: every handle the snapshot holds is released before anything is persisted, so the
+//! next optimizer update writes in place, and what the snapshot writes later is still the
+//! state of the step it was taken at.
 //!
 //! One test in this binary: it reads the process-wide [`pinned_state_bytes`] counter, which
 //! another test's snapshots would move.
@@ -38,9 +39,18 @@ fn staging_releases_the_state_before_the_persist_and_still_writes_the_captured_s
         snapshot.held_bytes()
     );
 
-    // Nothing persists this snapshot yet; its staging alone must give every handle back, and
-    // the wait a training loop takes before its next update returns once it has.
-    let w = wait_pinned_at_most(0, Duration::from_secs(120));
+    // The engine takes the snapshot but its persist thread is held at the first file: nothing
+    // persists yet. The staging, started when the engine accepted the snapshot, must give every
+    // handle back by itself, and the wait a training loop takes before its next update returns
+    // once it has.
+    let root = tempfile::tempdir().unwrap();
+    let (mut engine, _) = Engine::open(EngineConfig::new(root.path())).unwrap();
+    fail::cfg(ckpt_core::failpoints::WRITE_PART, "pause").unwrap();
+    engine.submit(snapshot).unwrap();
+    let w = wait_pinned_at_most(0, Duration::from_secs(60));
+    // Released before any assertion: a failure must not leave the persist thread paused (the
+    // engine's drop would wait for it forever).
+    fail::remove(ckpt_core::failpoints::WRITE_PART);
     assert!(
         !w.timed_out && w.still_pinned == 0,
         "{} bytes still pinned, with no persist running",
@@ -59,9 +69,6 @@ fn staging_releases_the_state_before_the_persist_and_still_writes_the_captured_s
         "training did not move the optimizer"
     );
 
-    let root = tempfile::tempdir().unwrap();
-    let (mut engine, _) = Engine::open(EngineConfig::new(root.path())).unwrap();
-    engine.submit(snapshot).unwrap();
     engine.wait_idle().unwrap();
     let dir = root.path().join(checkpoint_dir_name(step));
     for (file, bytes) in [

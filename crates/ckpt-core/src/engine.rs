@@ -405,7 +405,7 @@ impl Engine {
     /// Submits a snapshot. After it returns the caller may mutate anything: the snapshot owns
     /// its data. A pending background error is returned first (and this snapshot is then not
     /// written).
-    pub fn submit(&mut self, snapshot: Snapshot) -> Result<SubmitOutcome> {
+    pub fn submit(&mut self, mut snapshot: Snapshot) -> Result<SubmitOutcome> {
         let t0 = Instant::now();
         self.collect();
         self.take_error()?;
@@ -448,6 +448,8 @@ impl Engine {
                     return Ok(SubmitOutcome::WrittenSync(ev));
                 }
                 Backpressure::Block => {
+                    // Its background work may start while it waits for a slot.
+                    snapshot.accepted();
                     while *n >= self.config.max_in_flight {
                         n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
                     }
@@ -458,12 +460,12 @@ impl Engine {
         drop(n);
         let blocked = t0.elapsed();
         self.metrics.blocked_total += blocked;
-        let mut snapshot = snapshot;
         for part in &mut snapshot.parts {
             if part.holds > 0 {
                 part.guard = Some(self.held.hold(part.holds));
             }
         }
+        let accepted = snapshot.take_accepted();
         let job = Job {
             stall: snapshot.capture_time + t0.elapsed(),
             snapshot,
@@ -478,6 +480,7 @@ impl Engine {
             return Err(Error::WorkerGone("persist thread is not running".into()));
         }
         self.jobs.push(job);
+        accepted();
         Ok(SubmitOutcome::Queued { step, blocked })
     }
 

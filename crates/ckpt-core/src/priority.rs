@@ -25,6 +25,26 @@ pub fn lower_current_thread(nice: i32) -> bool {
     }
 }
 
+/// Marks the calling thread as a batch thread (Linux `SCHED_BATCH`) at its current nice value:
+/// when woken it does not preempt the running thread, and otherwise it competes for the CPU
+/// as an equal. For a helper the training thread wakes at every save (the staging thread),
+/// whose start should not land inside the save call. Returns whether it took effect; elsewhere
+/// the thread keeps its scheduling.
+pub fn batch_current_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: a plain syscall on the calling thread with a valid, initialized argument.
+        unsafe {
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -40,5 +60,25 @@ mod tests {
         assert!(inner.0);
         assert_eq!(inner.1, libc::SCHED_BATCH);
         assert_eq!(unsafe { libc::sched_getscheduler(0) }, before);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_batch_thread_keeps_its_nice_value() {
+        let inner = std::thread::spawn(|| {
+            // SAFETY: plain syscalls on the calling thread.
+            let nice = || unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::getpriority(libc::PRIO_PROCESS, tid)
+            };
+            let before = nice();
+            let ok = super::batch_current_thread();
+            (ok, unsafe { libc::sched_getscheduler(0) }, before, nice())
+        })
+        .join()
+        .unwrap();
+        assert!(inner.0);
+        assert_eq!(inner.1, libc::SCHED_BATCH);
+        assert_eq!(inner.2, inner.3);
     }
 }

@@ -113,6 +113,18 @@ pub struct Snapshot {
     /// Replace an already published checkpoint of the same step (atomically, never leaving
     /// the step without a valid copy) instead of failing with `AlreadyPublished`.
     pub replace: bool,
+    /// Run once the engine accepts the snapshot ([`Snapshot::on_accepted`]).
+    on_accepted: OnAccepted,
+}
+
+/// Callbacks run when an engine accepts a snapshot for its persist thread.
+#[derive(Default)]
+struct OnAccepted(Vec<Box<dyn FnOnce() + Send>>);
+
+impl std::fmt::Debug for OnAccepted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} callback(s)", self.0.len())
+    }
 }
 
 impl Snapshot {
@@ -127,6 +139,7 @@ impl Snapshot {
             parts: Vec::new(),
             capture_time: Duration::ZERO,
             replace: false,
+            on_accepted: OnAccepted::default(),
         }
     }
 
@@ -227,6 +240,28 @@ impl Snapshot {
     pub fn with_capture_time(mut self, d: Duration) -> Self {
         self.capture_time = d;
         self
+    }
+
+    /// Runs `f` on the submitting thread once an engine accepts this snapshot for its persist
+    /// thread: after the save call has decided to queue it (before any wait for a free persist
+    /// slot), not when it is skipped, written on the calling thread, or dropped. For starting
+    /// background work the snapshot's parts will need (a staging thread), so that a snapshot
+    /// that is never queued costs nothing and the start lands at the end of the save call;
+    /// `f` should return quickly.
+    pub fn on_accepted(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.on_accepted.0.push(Box::new(f));
+        self
+    }
+
+    /// Runs (once) what [`Snapshot::on_accepted`] registered.
+    pub(crate) fn accepted(&mut self) {
+        self.take_accepted()();
+    }
+
+    /// What [`Snapshot::on_accepted`] registered, to run later (once).
+    pub(crate) fn take_accepted(&mut self) -> impl FnOnce() + use<> {
+        let hooks = std::mem::take(&mut self.on_accepted.0);
+        move || hooks.into_iter().for_each(|f| f())
     }
 
     /// Sum of the known part sizes.

@@ -476,3 +476,73 @@ fn a_failed_save_gives_its_held_bytes_back() {
     assert!(e.wait_idle().is_err());
     assert_eq!(e.held_bytes(), 0);
 }
+
+/// A snapshot whose `on_accepted` callback counts into `runs`, gated on `go`.
+fn counted(
+    step: u64,
+    runs: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    go: std::sync::mpsc::Receiver<()>,
+) -> Snapshot {
+    let runs = runs.clone();
+    Snapshot::new(step)
+        .with_producer("a.bin", gated(10, go))
+        .on_accepted(move || {
+            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+}
+
+#[test]
+fn on_accepted_runs_once_for_a_queued_snapshot_and_never_for_a_skipped_one() {
+    use ckpt_core::Backpressure;
+    use std::sync::atomic::Ordering::SeqCst;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig::new(tmp.path())
+        .max_in_flight(1)
+        .backpressure(Backpressure::Skip);
+    let mut e = Engine::open(cfg).unwrap().0;
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (go1, rx1) = std::sync::mpsc::channel();
+    let (_go2, rx2) = std::sync::mpsc::channel();
+    // Queued: run once, on the submitting thread, before submit returns.
+    assert!(matches!(
+        e.submit(counted(1, &runs, rx1)).unwrap(),
+        SubmitOutcome::Queued { .. }
+    ));
+    assert_eq!(runs.load(SeqCst), 1);
+    // The persist slot is taken (step 1 waits on its gate): skipped, never accepted.
+    assert!(matches!(
+        e.submit(counted(2, &runs, rx2)).unwrap(),
+        SubmitOutcome::Skipped { .. }
+    ));
+    assert_eq!(runs.load(SeqCst), 1);
+    go1.send(()).unwrap();
+    assert_eq!(e.wait_idle().unwrap().len(), 1);
+    assert_eq!(runs.load(SeqCst), 1);
+
+    // Blocking backpressure: accepted before it waits for the slot.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig::new(tmp.path())
+        .max_in_flight(1)
+        .backpressure(Backpressure::Block);
+    let mut e = Engine::open(cfg).unwrap().0;
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (go1, rx1) = std::sync::mpsc::channel();
+    let (go2, rx2) = std::sync::mpsc::channel();
+    e.submit(counted(1, &runs, rx1)).unwrap();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    let second = Snapshot::new(2)
+        .with_producer("a.bin", gated(10, rx2))
+        .on_accepted(move || seen_tx.send(()).unwrap());
+    let waiter = std::thread::spawn(move || {
+        e.submit(second).unwrap();
+        e
+    });
+    // The second submit waits for step 1's slot, and was accepted before it did.
+    seen_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(!waiter.is_finished());
+    go1.send(()).unwrap();
+    go2.send(()).unwrap();
+    let mut e = waiter.join().unwrap();
+    assert_eq!(e.wait_idle().unwrap().len(), 2);
+    assert_eq!(runs.load(SeqCst), 1);
+}
