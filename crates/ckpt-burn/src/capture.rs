@@ -9,9 +9,10 @@
 //! on a helper thread (`ckpt-stage`, one per training thread, started from it at its first save
 //! so that it runs at the trainer's priority, not the persist thread's, and kept for the next
 //! saves), from the moment an engine accepts the snapshot ([`Snapshot::on_accepted`]): at the
-//! end of the save call, and not at all for a snapshot the engine skips. Where the state is host memory (Flex), Burn's optimizer record is taken
-//! first (an eager copy, two thirds of the state with AdamW) and the optimizer's handles are
-//! dropped as soon as it is, then each model tensor is copied out and its handle dropped.
+//! end of the save call, and not at all for a snapshot the engine skips. Where the state is
+//! host memory (Flex), Burn's optimizer record is taken first (an eager copy, two thirds of
+//! the state with AdamW) and the optimizer's handles are dropped as soon as it is, then each
+//! model tensor is copied out and its handle dropped.
 //! Elsewhere the model goes first and the optimizer's handles are kept until its record is
 //! encoded (on CubeCL the record's data are lazy device reads). On a device backend the model's
 //! tensors are read in one batch ([`Transaction`]) enqueued on the training thread's stream at
@@ -137,15 +138,12 @@ impl EagerRead {
     }
 }
 
-/// On a device backend, enqueues one batched read of every model tensor still held in
-/// `slots` on the calling (training) thread's stream, so it runs before anything the trainer
-/// queues next, and releases the handles and their pins at once: the next update writes the
-/// model in place however long the staging takes. The slots wait for the read
-/// ([`EagerRead`]). Nothing is done where the tensors do not live on one device backend.
-fn read_model_eagerly(slots: &[SharedSlot], device: Option<&burn::tensor::Device>) {
-    if !device.is_some_and(crate::pinned::holds_device_memory) {
-        return;
-    }
+/// For a model on one device backend, enqueues one batched read of every model tensor still
+/// held in `slots` on the calling (training) thread's stream, so it runs before anything the
+/// trainer queues next, and releases the handles and their pins at once: the next update
+/// writes the model in place however long the staging takes. The slots wait for the read
+/// ([`EagerRead`]).
+fn read_model_eagerly(slots: &[SharedSlot]) {
     let (mut batch, mut pins) = (Vec::new(), Vec::new());
     let mut tx = Transaction::default();
     for slot in slots {
@@ -860,13 +858,14 @@ impl<M: Module + 'static> FrozenState<M> {
         // writes the snapshot without accepting it for its persist thread.
         let (entries, device) = collect_model(model, true);
         let slots: Vec<SharedSlot> = entries.iter().map(|e| e.slot.clone()).collect();
-        if stage_model {
+        // Where the model lives, asked once (a server call on CubeCL): `None` on several
+        // devices or none, else whether it is device memory.
+        let on_device = device.as_ref().map(crate::pinned::holds_device_memory);
+        if stage_model && on_device == Some(true) {
             // On a device backend the model's reads are enqueued now, ahead of the next step.
-            read_model_eagerly(&slots, device.as_ref());
+            read_model_eagerly(&slots);
         }
-        let host = device
-            .as_ref()
-            .is_some_and(|d| !crate::pinned::holds_device_memory(d));
+        let host = on_device == Some(false);
         let staging = std::sync::Arc::new(Staging::new(StageJob {
             slots,
             optim,

@@ -449,7 +449,7 @@ impl Engine {
                 }
                 Backpressure::Block => {
                     // Its background work may start while it waits for a slot.
-                    snapshot.accepted();
+                    snapshot.take_accepted()();
                     while *n >= self.config.max_in_flight {
                         n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
                     }

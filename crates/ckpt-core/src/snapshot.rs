@@ -253,11 +253,6 @@ impl Snapshot {
         self
     }
 
-    /// Runs (once) what [`Snapshot::on_accepted`] registered.
-    pub(crate) fn accepted(&mut self) {
-        self.take_accepted()();
-    }
-
     /// What [`Snapshot::on_accepted`] registered, to run later (once).
     pub(crate) fn take_accepted(&mut self) -> impl FnOnce() + use<> {
         let hooks = std::mem::take(&mut self.on_accepted.0);

@@ -491,15 +491,20 @@ fn counted(
         })
 }
 
+/// An engine with one persist slot and the given backpressure.
+fn one_slot(root: &Path, backpressure: ckpt_core::Backpressure) -> Engine {
+    let cfg = EngineConfig::new(root)
+        .max_in_flight(1)
+        .backpressure(backpressure);
+    Engine::open(cfg).unwrap().0
+}
+
 #[test]
 fn on_accepted_runs_once_for_a_queued_snapshot_and_never_for_a_skipped_one() {
     use ckpt_core::Backpressure;
     use std::sync::atomic::Ordering::SeqCst;
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = EngineConfig::new(tmp.path())
-        .max_in_flight(1)
-        .backpressure(Backpressure::Skip);
-    let mut e = Engine::open(cfg).unwrap().0;
+    let mut e = one_slot(tmp.path(), Backpressure::Skip);
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (go1, rx1) = std::sync::mpsc::channel();
     let (_go2, rx2) = std::sync::mpsc::channel();
@@ -521,10 +526,7 @@ fn on_accepted_runs_once_for_a_queued_snapshot_and_never_for_a_skipped_one() {
 
     // Blocking backpressure: accepted before it waits for the slot.
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = EngineConfig::new(tmp.path())
-        .max_in_flight(1)
-        .backpressure(Backpressure::Block);
-    let mut e = Engine::open(cfg).unwrap().0;
+    let mut e = one_slot(tmp.path(), Backpressure::Block);
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (go1, rx1) = std::sync::mpsc::channel();
     let (go2, rx2) = std::sync::mpsc::channel();
