@@ -65,7 +65,7 @@ enum OnOff {
 /// Every allocation of the trainer, large blocks backed by transparent huge pages unless
 /// `--huge-pages off`.
 #[global_allocator]
-static ALLOC: ckpt_alloc::HugePages = ckpt_alloc::HugePages::new();
+static ALLOC: burn_ckpt::ckpt_alloc::HugePages = burn_ckpt::ckpt_alloc::HugePages::new();
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum OnSaveError {
@@ -371,7 +371,7 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
     install_log_subscriber();
     ALLOC.set_enabled(args.huge_pages == OnOff::On);
     if args.huge_pages == OnOff::On {
-        match ckpt_alloc::thp_mode().as_deref() {
+        match burn_ckpt::ckpt_alloc::thp_mode().as_deref() {
             Some("always" | "madvise") => {}
             mode => tracing::warn!(
                 thp_mode = mode.unwrap_or("unavailable"),

@@ -6,7 +6,10 @@
 //!   loader, restore, the example trainer).
 //! - [`ckpt_zero`]: ZeRO-1 data-parallel training with sharded checkpoints over thread or MPI
 //!   collectives.
+//! - [`ckpt_alloc`]: an opt-in global allocator that backs large blocks with transparent huge
+//!   pages (a training program's choice, not the library's: `#[global_allocator]`).
 
+pub use ckpt_alloc;
 pub use ckpt_burn;
 pub use ckpt_core;
 pub use ckpt_zero;

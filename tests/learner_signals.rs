@@ -27,7 +27,8 @@ const CHILD: &str = "BURN_CKPT_LEARNER_SIGNAL_CHILD";
 const EXIT_STOPPED: i32 = 75;
 
 /// Environment variable: the child aborts the process 10 ms after its checkpoint of step N is
-/// published (training is then a little past step N, whatever the machine's speed).
+/// published (training is then a little past step N, whatever the machine's speed), and never
+/// exits before: on a busy machine step N may be published only as training ends.
 const ABORT_AT: &str = "BURN_CKPT_LEARNER_ABORT_AFTER_STEP";
 
 /// The data set, 2 ms per sample, so the program runs long enough to be signalled.
@@ -164,8 +165,18 @@ fn child_entry() {
             std::process::abort();
         });
     }
+    // An abort requested after step N must come whatever the timing: where step N is published
+    // only as training ends (a slow persist), the child waits for it instead of exiting.
+    let await_abort = || {
+        if std::env::var(ABORT_AT).is_ok() {
+            std::thread::sleep(Duration::from_secs(60));
+            eprintln!("the step to abort after was never published");
+            std::process::exit(3);
+        }
+    };
     if std::env::var(ZERO).is_ok() {
         let result = zero_program(Path::new(dir), epochs.parse().unwrap());
+        await_abort();
         if let Some(e) = result.error {
             eprintln!("training failed: {e}");
             std::process::exit(1);
@@ -173,6 +184,7 @@ fn child_entry() {
         std::process::exit(0);
     }
     let (result, signal) = program(Path::new(dir), epochs.parse().unwrap(), true);
+    await_abort();
     if let Some(e) = result.error {
         eprintln!("training failed: {e}");
         std::process::exit(1);
