@@ -370,7 +370,8 @@ fn install_log_subscriber() {
 fn main_inner(args: Args) -> anyhow::Result<u8> {
     install_log_subscriber();
     ALLOC.set_enabled(args.huge_pages == OnOff::On);
-    if args.huge_pages == OnOff::On {
+    // Elsewhere than Linux the advice does not exist and the flag's help says so.
+    if cfg!(target_os = "linux") && args.huge_pages == OnOff::On {
         match burn_ckpt::ckpt_alloc::thp_mode().as_deref() {
             Some("always" | "madvise") => {}
             mode => tracing::warn!(
