@@ -797,7 +797,18 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
                 burn,
             ),
         );
-        w(&mut o, "".into());
+        let advised = |r: &Run| r.report["huge_pages"]["advised_blocks"].clone();
+        w(
+            &mut o,
+            format!(
+                "\nThe kernel's THP mode: {}; large blocks advised in our run: {} (with `off`: {}).\n",
+                s.ours.report["huge_pages"]["thp_mode"]
+                    .as_str()
+                    .unwrap_or("unavailable"),
+                advised(&s.ours),
+                advised(ours),
+            ),
+        );
     }
     if results.iter().any(|s| !s.budgets.is_empty()) {
         w(&mut o, "## Smaller snapshot budgets\n".into());

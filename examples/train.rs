@@ -505,7 +505,15 @@ fn conclude(
         });
     }
     if let Some(path) = &args.report {
-        let json = serde_json::to_vec_pretty(&report).context("encoding the report")?;
+        let mut json = serde_json::to_value(&report).context("encoding the report")?;
+        // What `--huge-pages` did: asked for, the kernel's mode, and how many blocks were
+        // advised (0 with `off`).
+        json["huge_pages"] = serde_json::json!({
+            "requested": args.huge_pages == OnOff::On,
+            "thp_mode": burn_ckpt::ckpt_alloc::thp_mode(),
+            "advised_blocks": ALLOC.advised_blocks(),
+        });
+        let json = serde_json::to_vec_pretty(&json).context("encoding the report")?;
         std::fs::write(path, json)
             .with_context(|| format!("writing the report to {}", path.display()))?;
     }
