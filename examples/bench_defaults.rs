@@ -153,8 +153,31 @@ impl Run {
     fn stall_median(&self) -> f64 {
         stats::median(&self.stalls_ms())
     }
-    fn saves(&self) -> Vec<Value> {
-        self.report["saves"].as_array().cloned().unwrap_or_default()
+    fn saves(&self) -> &[Value] {
+        self.report["saves"].as_array().map_or(&[], Vec::as_slice)
+    }
+    /// Wall time over a baseline's, per save (at least one), in seconds.
+    fn lost_per_save(&self, base_wall: f64) -> f64 {
+        (self.wall_s - base_wall) / self.saves().len().max(1) as f64
+    }
+    /// Lost time per save while training goes on (the run's own `lost` report: stalls plus the
+    /// following steps' excess over its baseline steps, for the saves that training followed),
+    /// in seconds. The last save, at the last step, has no following steps: its persist is the
+    /// final wait.
+    fn lost_during_training(&self) -> f64 {
+        let followed = self.saves().len().saturating_sub(1).max(1) as f64;
+        self.report["lost"]["during_training_ms"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+            / 1e3
+            / followed
+    }
+    /// The wait after the last step for the last save to be durable, in seconds.
+    fn final_wait(&self) -> f64 {
+        self.report["lost"]["final_wait_ms"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+            / 1e3
     }
     fn state_bytes(&self) -> Option<u64> {
         self.saves().first().and_then(|s| s["bytes"].as_u64())
@@ -282,30 +305,10 @@ impl SizeResult {
         (self.base[0].peak_rss + self.base[1].peak_rss) as f64 / 2.0
     }
     fn lost_per_save(&self, r: &Run) -> f64 {
-        let saves = r.saves().len().max(1) as f64;
-        (r.wall_s - self.base_wall()) / saves
+        r.lost_per_save(self.base_wall())
     }
     fn extra_rss(&self, r: &Run) -> f64 {
         r.peak_rss as f64 - self.base_rss()
-    }
-    /// Lost time per save while training goes on (the run's own `lost` report: stalls plus the
-    /// following steps' excess over its baseline steps, for the saves that training followed),
-    /// in seconds. The last save, at the last step, has no following steps: its persist is the
-    /// final wait.
-    fn lost_during_training(&self, r: &Run) -> f64 {
-        let followed = r.saves().len().saturating_sub(1).max(1) as f64;
-        r.report["lost"]["during_training_ms"]
-            .as_f64()
-            .unwrap_or(f64::NAN)
-            / 1e3
-            / followed
-    }
-    /// The wait after the last step for the last save to be durable, in seconds.
-    fn final_wait(&self, r: &Run) -> f64 {
-        r.report["lost"]["final_wait_ms"]
-            .as_f64()
-            .unwrap_or(f64::NAN)
-            / 1e3
     }
     /// The least `ours / Burn` lost-time ratio any save that is durable when the run ends can
     /// reach in this run shape: the last save's bytes written and fsynced once at the disk
@@ -620,10 +623,10 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         |s| {
             format!(
                 "{:.2}",
-                s.lost_during_training(&s.ours) / s.lost_during_training(&s.burn)
+                s.ours.lost_during_training() / s.burn.lost_during_training()
             )
         },
-        |s| s.lost_during_training(&s.ours) * 5.0 <= s.lost_during_training(&s.burn),
+        |s| s.ours.lost_during_training() * 5.0 <= s.burn.lost_during_training(),
     );
     target_row(
         &mut o,
@@ -715,10 +718,10 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
             format!(
                 "| {} | {} | {} | {} | {} | {} | {:.2} | {} | {} |",
                 s.label,
-                num(s.lost_during_training(&s.ours) * 1e3),
-                num(s.lost_during_training(&s.burn) * 1e3),
-                num(s.final_wait(&s.ours) * 1e3),
-                num(s.final_wait(&s.burn) * 1e3),
+                num(s.ours.lost_during_training() * 1e3),
+                num(s.burn.lost_during_training() * 1e3),
+                num(s.ours.final_wait() * 1e3),
+                num(s.burn.final_wait() * 1e3),
                 num(stats::median(&persists)),
                 s.drain_bound(),
                 mb(d["direct_bytes"].as_f64().unwrap_or(0.0)),
@@ -763,10 +766,9 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
             ),
         );
         w(&mut o, "| setting | no checkpoints s | ours: lost/save ms | Burn: lost/save ms | ours / Burn lost | ours: extra RSS | Burn: extra RSS |\n|---|---|---|---|---|---|---|".into());
-        let saves = |r: &Run| r.saves().len().max(1) as f64;
         let row = |name: &str, base_wall: f64, base_rss: f64, ours: &Run, burn: &Run| {
-            let lo = (ours.wall_s - base_wall) / saves(ours);
-            let lb = (burn.wall_s - base_wall) / saves(burn);
+            let lo = ours.lost_per_save(base_wall);
+            let lb = burn.lost_per_save(base_wall);
             format!(
                 "| {name} | {:.1} | {} | {} | {:.2} | {:.2}x | {:.2}x |",
                 base_wall,
@@ -872,11 +874,10 @@ fn cubecl_markdown(runs: &[(&str, std::result::Result<Run, String>)]) -> String 
     for (mode, r) in runs.iter().filter(|(m, _)| *m != "base") {
         match r {
             Ok(r) => {
-                let saves = r.saves().len().max(1) as f64;
                 o.push_str(&format!(
                     "| {mode} | {} | {} | {} |\n",
                     stats::med_range(&r.stalls_ms()),
-                    num(1e3 * (r.wall_s - base.wall_s) / saves),
+                    num(1e3 * r.lost_per_save(base.wall_s)),
                     mb(r.peak_rss as f64 - base.peak_rss as f64),
                 ));
             }

@@ -435,8 +435,8 @@ pub(crate) fn write_canonical_optimizer(
 /// that the persist reads handles the trainer has moved past.
 pub const STAGE_FAILPOINT: &str = "ckpt_burn::stage";
 
-/// A background save's staging, run on the `ckpt-stage` helper thread from the moment the
-/// snapshot is made (or inline by the writer, where no thread can be started).
+/// A background save's staging, run on the calling thread's `ckpt-stage` helper once an engine
+/// accepts the snapshot (or inline by the writer, where no thread can be started).
 struct Staging {
     state: std::sync::Mutex<StageState>,
     /// Whether it was handed to a staging thread (once).
