@@ -104,6 +104,16 @@ enum BackpressureArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum OptimizerReadArg {
+    /// Inside the save call on device runtimes with one queue (wgpu), after it on CUDA.
+    Auto,
+    /// Inside the save call, ahead of the next step's work.
+    AtCapture,
+    /// On the staging helper after the save call, beside the next forward and backward.
+    Background,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum UpdateWaitArg {
     /// Wait where the held state is device memory (wgpu, CUDA), not on Flex.
     Auto,
@@ -203,6 +213,13 @@ struct Args {
     /// on GPU backends. The wait is counted in that save's stall.
     #[arg(long, value_enum, default_value_t = UpdateWaitArg::Auto)]
     update_wait: UpdateWaitArg,
+    /// On a device backend (wgpu, CUDA), when a save reads the optimizer's state to host
+    /// memory. Burn's record of it is lazy device reads; on a device with one queue (wgpu) a
+    /// read made after the save call waits behind the next step's work, so `auto` reads it
+    /// inside the save call there (a stall of one read of that state, nothing held at the next
+    /// update) and after it on CUDA, whose threads have streams of their own. No effect on Flex.
+    #[arg(long, value_enum, default_value_t = OptimizerReadArg::Auto)]
+    optimizer_read: OptimizerReadArg,
     /// Back large allocations (4 MiB and more) with transparent huge pages
     /// (`ckpt_alloc::HugePages`): Burn's CPU backend and a save's record copies write mostly
     /// fresh memory, which then faults in 2 MiB at a time instead of 4 KiB. Takes effect where
@@ -418,6 +435,11 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         BackpressureArg::Sync => Backpressure::Sync,
     };
     cfg.max_in_flight = args.max_in_flight;
+    cfg.optimizer_read = match args.optimizer_read {
+        OptimizerReadArg::Auto => ckpt_burn::OptimizerRead::Auto,
+        OptimizerReadArg::AtCapture => ckpt_burn::OptimizerRead::AtCapture,
+        OptimizerReadArg::Background => ckpt_burn::OptimizerRead::Background,
+    };
     cfg.update_wait = match args.update_wait {
         UpdateWaitArg::Auto => ckpt_burn::UpdateWait::Auto,
         UpdateWaitArg::Always => ckpt_burn::UpdateWait::Always,

@@ -15,8 +15,8 @@ use std::{
 use burn::module::Module;
 use burn::tensor::Device;
 use burn_ckpt::ckpt_burn::{
-    self as cb, Error, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState,
-    UpdateWait,
+    self as cb, Error, MODEL_FILE, OPTIM_FILE, OptimizerRead, SCHEDULER_FILE, TRAINER_FILE,
+    TrainerState, UpdateWait,
 };
 use burn_ckpt::ckpt_core::{self, Engine, EngineConfig, Snapshot};
 use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp, SaveMode};
@@ -51,6 +51,11 @@ fn small_config(kv: &HashMap<String, String>) -> DemoConfig {
         Some("always") => UpdateWait::Always,
         Some("never") => UpdateWait::Never,
         _ => UpdateWait::Auto,
+    };
+    cfg.optimizer_read = match kv.get("optimizer_read").map(String::as_str) {
+        Some("background") => OptimizerRead::Background,
+        Some("at_capture") => OptimizerRead::AtCapture,
+        _ => OptimizerRead::Auto,
     };
     #[cfg(feature = "wgpu")]
     if kv.get("backend").map(String::as_str) == Some("wgpu") {
@@ -696,11 +701,13 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
             // Updates copy on write while the snapshot holds the state: the held handles
             // alone keep the step's values.
             ("update_wait", s("never")),
+            ("optimizer_read", s("background")),
             wgpu.clone(),
         ],
     );
-    // By default on a device backend, updates wait for the staging instead: no update runs
-    // with state held (the GPU-shaped snapshot), and the bytes are the same.
+    // With the optimizer read on the staging helper, updates wait for the staging by default
+    // on a device backend: no update runs with state held (the GPU-shaped snapshot), and the
+    // bytes are the same.
     let w = tmp.path().join("async-waited");
     let rw = train_ok(
         &w,
@@ -708,6 +715,7 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
             ("steps", s(steps)),
             ("init_from", init.clone()),
             ("hold_ms", s(600)),
+            ("optimizer_read", s("background")),
             wgpu.clone(),
         ],
     );
@@ -725,6 +733,28 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
         held.iter().any(|x| x["bytes"].as_u64().unwrap() > 0),
         "the run without the wait never held state at an update: {held:?}"
     );
+    // By default on wgpu (one queue) the save call reads the optimizer's state itself and the
+    // model's read is enqueued there too: even with no wait and the staging held back, no
+    // update runs with state held, and the bytes are the same.
+    let c = tmp.path().join("async-read-at-capture");
+    let rc = train_ok(
+        &c,
+        &[
+            ("steps", s(steps)),
+            ("init_from", init.clone()),
+            ("hold_ms", s(600)),
+            ("update_wait", s("never")),
+            wgpu.clone(),
+        ],
+    );
+    let samples = rc["pinned_at_next_update"].as_array().unwrap();
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    for sample in samples {
+        assert_eq!(
+            sample["bytes"], 0,
+            "an update ran with state held although the save call read it: {sample}"
+        );
+    }
     train_ok(
         &b,
         &[
@@ -738,5 +768,6 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
     for st in [6, 12, 18] {
         assert_same_files(&step_dir(&a, st), &step_dir(&b, st));
         assert_same_files(&step_dir(&w, st), &step_dir(&b, st));
+        assert_same_files(&step_dir(&c, st), &step_dir(&b, st));
     }
 }

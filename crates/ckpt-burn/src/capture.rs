@@ -13,13 +13,16 @@
 //! host memory (Flex), Burn's optimizer record is taken first (an eager copy, two thirds of
 //! the state with AdamW) and the optimizer's handles are dropped as soon as it is, then each
 //! model tensor is copied out and its handle dropped.
-//! Elsewhere the model goes first and the optimizer's handles are kept until its record is
-//! encoded (on CubeCL the record's data are lazy device reads). On a device backend the model's
-//! tensors are read in one batch ([`Transaction`]) enqueued on the training thread's stream at
-//! the capture, ahead of anything the trainer queues next, and their handles are released
-//! there: the helper only waits for that read. Most of the state is thus released before the
-//! next optimizer update, which then writes in place: no copy-on-write of held tensors, and on
-//! a GPU no device memory held for the whole persist. The persist thread writes from the staged
+//! On a device backend the model's tensors are read in one batch ([`Transaction`]) enqueued on
+//! the training thread's stream inside the save call, ahead of anything the trainer queues
+//! next, and their handles are released there: the helper only waits for that read. Burn's
+//! optimizer record is lazy device reads there, realized one tensor at a time; where
+//! [`crate::OptimizerRead`] says so (by default on a device with one queue, such as wgpu) the
+//! save call realizes them itself, before enqueuing the model's read, and releases the
+//! optimizer's handles; elsewhere (CUDA) the helper does, after the model, and the handles
+//! are kept until the record is encoded. Most of the state is thus released before the next
+//! optimizer update, which then writes in place: no copy-on-write of held tensors, and on a
+//! GPU no device memory held for the whole persist. The persist thread writes from the staged
 //! copies (a tensor it reaches before the helper is drawn from its handle directly). The
 //! snapshot still holds the step-k values (verified on Flex and on the CubeCL path through
 //! wgpu). [`FrozenState::encode`] is the blocking path: the same bytes, produced on the calling
@@ -443,11 +446,11 @@ struct Staging {
     queued: std::sync::atomic::AtomicBool,
 }
 
-/// What the helper is given: the model's slots, the optimizer's handles, and their pin.
+/// What the helper is given: the model's slots, and the optimizer's handles with their pin or
+/// its record already read and encoded inside the save call ([`crate::OptimizerRead`]).
 struct StageJob {
     slots: Vec<SharedSlot>,
-    optim: ModuleOptimizer,
-    pin: Pin,
+    optim: OptimJob,
     /// Whether the model's parameters all live on one host-memory device (Flex), known at the
     /// capture: Burn's optimizer record is then an eager host copy.
     host: bool,
@@ -458,6 +461,14 @@ struct StageJob {
 
 /// What a staging job produces: Burn's optimizer record, encoded.
 type StageResult = std::result::Result<burn::tensor::Bytes, BoxError>;
+
+/// The optimizer part of a staging job.
+enum OptimJob {
+    /// Its handles, counted in [`crate::pinned_state_bytes`] until its record is taken.
+    Handles(ModuleOptimizer, Pin),
+    /// Its record, read and encoded inside the save call (or the error that made).
+    Encoded(StageResult),
+}
 
 /// A staging job not yet started, running on the staging thread (whose result arrives on the
 /// receiver), or its result taken by the optimizer part.
@@ -480,15 +491,28 @@ impl StageJob {
     ///   releases its handle at once. The record's data are lazy device reads there, so the
     ///   optimizer's handles are kept until the record is encoded: a handle released earlier
     ///   would let the next update write in place into a buffer the record still has to read.
+    /// - A record the save call already read and encoded ([`crate::OptimizerRead`]): only the
+    ///   model is left to stage.
     fn run(self) -> StageResult {
         fail::fail_point!(STAGE_FAILPOINT);
         let StageJob {
             slots,
             optim,
-            pin,
             host,
             stage_model,
         } = self;
+        let (optim, pin) = match optim {
+            OptimJob::Handles(optim, pin) => (optim, pin),
+            OptimJob::Encoded(bytes) => {
+                // Read inside the save call: only the model is left to stage.
+                if stage_model {
+                    for slot in &slots {
+                        stage_slot(slot);
+                    }
+                }
+                return bytes;
+            }
+        };
         let t0 = Instant::now();
         // Host state: the record first, and the optimizer's handles and pin go with it.
         let optim = if host {
@@ -733,6 +757,8 @@ pub struct FrozenState<M> {
     capture_time: std::time::Duration,
     /// [`FrozenState::model_bytes`], counted on first use (the trainer asks for it twice).
     model_bytes: std::cell::OnceCell<u64>,
+    /// When a background snapshot reads the optimizer's state from a device.
+    optimizer_read: crate::OptimizerRead,
 }
 
 impl<M> std::fmt::Debug for FrozenState<M> {
@@ -793,7 +819,16 @@ impl<M: Module + 'static> FrozenState<M> {
             trainer,
             capture_time: t0.elapsed(),
             model_bytes: std::cell::OnceCell::new(),
+            optimizer_read: crate::OptimizerRead::default(),
         }
+    }
+
+    /// Sets when a background snapshot of state on a device backend reads the optimizer's
+    /// state to host memory (default [`crate::OptimizerRead::Auto`]): inside the save call, or
+    /// on the staging helper after it.
+    pub fn with_optimizer_read(mut self, read: crate::OptimizerRead) -> Self {
+        self.optimizer_read = read;
+        self
     }
 
     /// The trainer state captured.
@@ -847,6 +882,7 @@ impl<M: Module + 'static> FrozenState<M> {
             scheduler,
             trainer,
             capture_time,
+            optimizer_read,
             ..
         } = self;
         let t0 = Instant::now();
@@ -861,15 +897,31 @@ impl<M: Module + 'static> FrozenState<M> {
         // Where the model lives, asked once (a server call on CubeCL): `None` on several
         // devices or none, else whether it is device memory.
         let on_device = device.as_ref().map(crate::pinned::holds_device_memory);
+        let host = on_device == Some(false);
+        let read_now = on_device == Some(true)
+            && device
+                .as_ref()
+                .is_some_and(|d| optimizer_read.at_capture(d));
+        let optim = if read_now {
+            // Read now, ahead of anything the trainer queues next, and before the model's read
+            // is enqueued (the wait is for the optimizer's bytes alone); its handles go at once.
+            let t_read = Instant::now();
+            let bytes = encode_record(optim);
+            tracing::debug!(
+                ms = t_read.elapsed().as_secs_f64() * 1e3,
+                "read the optimizer's record inside the save call"
+            );
+            OptimJob::Encoded(bytes)
+        } else {
+            OptimJob::Handles(optim, Pin::new(optim_bytes))
+        };
         if stage_model && on_device == Some(true) {
             // On a device backend the model's reads are enqueued now, ahead of the next step.
             read_model_eagerly(&slots);
         }
-        let host = on_device == Some(false);
         let staging = std::sync::Arc::new(Staging::new(StageJob {
             slots,
             optim,
-            pin: Pin::new(optim_bytes),
             host,
             stage_model,
         }));

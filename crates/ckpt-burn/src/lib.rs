@@ -35,7 +35,7 @@ pub use capture::{
 };
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use error::{Error, Result};
-pub use pinned::{PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
+pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
 pub use restore::{
     Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,
     read_verified_parts, restore, restore_latest,

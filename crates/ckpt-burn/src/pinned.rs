@@ -9,6 +9,11 @@
 //! copies can overlap the next step's forward and backward passes and only the update has to
 //! wait for them: the DataStates-LLM schedule. [`wait_pinned_at_most`] is that wait, and
 //! [`UpdateWait`] says when a training loop takes it.
+//!
+//! The schedule pays only where the device runs a read beside the compute queued after it.
+//! [`OptimizerRead`] says where the optimizer's state is read instead inside the save call,
+//! ahead of the next step's work: on a device with one queue, a read issued later waits
+//! behind that work.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -143,9 +148,86 @@ impl UpdateWait {
     }
 }
 
+/// When a background save on a device backend reads the optimizer's state to host memory.
+///
+/// Burn 0.22.1's only view of optimizer state is its record, whose data on CubeCL are lazy
+/// device reads, realized one tensor at a time by whichever thread encodes the record. Where
+/// the device has one queue (wgpu, Metal, CubeCL's CPU runtime), a read realized on the staging
+/// helper after the save call waits behind everything the training thread queued since, the
+/// next step's forward and backward passes, and the update then waits for the read: measured
+/// through wgpu on lavapipe, 60-210 ms per save against 17-27 ms for the same reads made
+/// inside the save call. Where each thread has its own stream (CUDA, HIP), the helper's reads
+/// run beside the compute. On host memory (Flex) the record is an eager copy the helper makes,
+/// and this setting does not apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OptimizerRead {
+    /// [`OptimizerRead::AtCapture`] on device runtimes with one queue,
+    /// [`OptimizerRead::Background`] on CUDA and HIP.
+    #[default]
+    Auto,
+    /// The save call reads the optimizer's state to host memory before it returns: a stall of
+    /// about one read of that state (the reads Burn's own checkpointer makes), after which the
+    /// save holds no optimizer handle, so the next update writes in place without waiting.
+    AtCapture,
+    /// The staging helper reads it after the save call returns, beside the next step's
+    /// forward and backward passes; the update waits for what is still held where
+    /// [`UpdateWait`] says so.
+    Background,
+}
+
+impl OptimizerRead {
+    /// Whether a save of optimizer state on `device` reads it inside the save call (only ever
+    /// on a device backend: [`holds_device_memory`]). Decide once per run: asking a device
+    /// backend for its memory pool is a call to its server.
+    pub fn at_capture(self, device: &burn::tensor::Device) -> bool {
+        match self {
+            OptimizerRead::Background => false,
+            OptimizerRead::AtCapture => holds_device_memory(device),
+            OptimizerRead::Auto => {
+                holds_device_memory(device) && !runtime_has_thread_streams(&format!("{device:?}"))
+            }
+        }
+    }
+}
+
+/// Whether the CubeCL runtime named in a device's debug form gives each thread its own stream
+/// (CUDA and HIP: `MultiStream` in their servers), so that a read issued by a helper thread
+/// does not queue behind the training thread's work. Burn 0.22.1 exposes the device's runtime
+/// only through its dispatch enum, so its debug form (`Cube(Cuda(..))`) is read here.
+fn runtime_has_thread_streams(device_debug: &str) -> bool {
+    ["Cube(Cuda(", "Cube(Hip("]
+        .iter()
+        .any(|runtime| device_debug.contains(runtime))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_cuda_and_hip_read_the_optimizer_in_the_background_by_default() {
+        let wgpu = "Device<Autodiff { device: Cube(Wgpu(WgpuDevice { kind: DefaultDevice, \
+                    backend: Auto })), checkpointing: Disabled }>";
+        assert!(!runtime_has_thread_streams(wgpu));
+        assert!(runtime_has_thread_streams(
+            "Device<Autodiff { device: Cube(Cuda(CudaDevice { index: 0 })) }>"
+        ));
+        assert!(runtime_has_thread_streams(
+            "Device<Cube(Hip(HipDevice { index: 1 }))>"
+        ));
+        assert!(!runtime_has_thread_streams(
+            "Device<Cube(Metal(MetalDevice))>"
+        ));
+        // Host memory: never at the capture, whatever the setting.
+        let flex = burn::tensor::Device::flex();
+        for read in [
+            OptimizerRead::Auto,
+            OptimizerRead::AtCapture,
+            OptimizerRead::Background,
+        ] {
+            assert!(!read.at_capture(&flex), "{read:?}");
+        }
+    }
 
     // One test touches the process-wide counter, so the cases run in sequence in it.
     #[test]

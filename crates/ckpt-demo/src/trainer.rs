@@ -27,8 +27,8 @@ use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use ckpt_burn::{
-    FrozenState, ResumableDataLoader, TrainerState, UpdateWait, assign_param_ids, load_model,
-    restore, step_seed,
+    FrozenState, OptimizerRead, ResumableDataLoader, TrainerState, UpdateWait, assign_param_ids,
+    load_model, restore, step_seed,
 };
 use ckpt_core::{
     Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
@@ -126,6 +126,9 @@ pub struct DemoConfig {
     /// Whether each optimizer update waits until the snapshots hold no more handles of the
     /// state (see [`ckpt_burn::UpdateWait`]; by default where they are device memory).
     pub update_wait: UpdateWait,
+    /// When a save on a device backend reads the optimizer's state to host memory: inside the
+    /// save call or on the staging helper after it (see [`ckpt_burn::OptimizerRead`]).
+    pub optimizer_read: OptimizerRead,
     /// Upload every published checkpoint to this object-store prefix (`s3://bucket/prefix`,
     /// feature `remote`); a resume falls back to it when no local checkpoint is as new.
     pub upload_to: Option<String>,
@@ -163,6 +166,7 @@ impl DemoConfig {
             backpressure: Backpressure::Block,
             snapshot_budget: None,
             update_wait: UpdateWait::default(),
+            optimizer_read: OptimizerRead::default(),
             upload_to: None,
             upload_keep_last: None,
             upload_max_mbps: None,
@@ -483,7 +487,7 @@ fn device_in_use(device: &Device) -> Option<u64> {
 fn capture(
     target: &mut Target,
     gate: &mut ckpt_core::MemoryGate,
-    mode: SaveMode,
+    (mode, read): (SaveMode, OptimizerRead),
     state: (&Mlp, &ModuleOptimizer, &ModuleLrScheduler),
     trainer: &TrainerState,
 ) -> Result<Submitted> {
@@ -491,7 +495,8 @@ fn capture(
     let t0 = Instant::now();
     match target {
         Target::Engine(e, _) => {
-            let frozen = FrozenState::capture(model, optim, sched, trainer.clone());
+            let frozen = FrozenState::capture(model, optim, sched, trainer.clone())
+                .with_optimizer_read(read);
             if mode == SaveMode::Sync {
                 let snap = frozen.encode()?.into_snapshot();
                 let outcome = e.submit(snap.with_capture_time(t0.elapsed()))?;
@@ -639,7 +644,13 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
             saved_before = Some((step, device_in_use(&device)));
             let trainer = TrainerState::new(step, loader.cursor(), cfg.seed);
             session.save(&mut target, step, |t, gate| {
-                capture(t, gate, cfg.save_mode, (&model, &optim, &sched), &trainer)
+                capture(
+                    t,
+                    gate,
+                    (cfg.save_mode, cfg.optimizer_read),
+                    (&model, &optim, &sched),
+                    &trainer,
+                )
             })?;
         }
         session.poll(&mut target)?;
