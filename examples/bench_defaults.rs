@@ -165,11 +165,18 @@ impl Run {
     fn lost_per_save(&self, base_wall: f64) -> f64 {
         (self.wall_s - base_wall) / self.saves().len().max(1) as f64
     }
-    /// Lost time per save while training goes on (the run's own `lost` report: stalls plus the
-    /// following steps' excess over its baseline steps, for the saves that training followed),
-    /// in seconds. The last save, at the last step, has no following steps: its persist is the
-    /// final wait.
-    fn lost_during_training(&self) -> f64 {
+    /// Lost time per save while training goes on, in seconds: the wall time over a baseline's,
+    /// less the final wait, over the saves that training followed (the last save, at the last
+    /// step, has no following steps: its persist is the final wait).
+    fn lost_while_training(&self, base_wall: f64) -> f64 {
+        let followed = self.saves().len().saturating_sub(1).max(1) as f64;
+        (self.wall_s - base_wall - self.final_wait()) / followed
+    }
+    /// The same as the run's own frequency controller measured it (stalls plus the following
+    /// steps' excess over its baseline steps, the steps outside any save's window), in seconds.
+    /// In a run of a few steps that baseline is mostly warm-up steps, which are slow, so this
+    /// undercounts.
+    fn controller_while_training(&self) -> f64 {
         let followed = self.saves().len().saturating_sub(1).max(1) as f64;
         self.report["lost"]["during_training_ms"]
             .as_f64()
@@ -311,6 +318,9 @@ impl SizeResult {
     }
     fn lost_per_save(&self, r: &Run) -> f64 {
         r.lost_per_save(self.base_wall())
+    }
+    fn lost_while_training(&self, r: &Run) -> f64 {
+        r.lost_while_training(self.base_wall())
     }
     fn extra_rss(&self, r: &Run) -> f64 {
         r.peak_rss as f64 - self.base_rss()
@@ -628,10 +638,10 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         |s| {
             format!(
                 "{:.2}",
-                s.ours.lost_during_training() / s.burn.lost_during_training()
+                s.lost_while_training(&s.ours) / s.lost_while_training(&s.burn)
             )
         },
-        |s| s.ours.lost_during_training() * 5.0 <= s.burn.lost_during_training(),
+        |s| s.lost_while_training(&s.ours) * 5.0 <= s.lost_while_training(&s.burn),
     );
     target_row(
         &mut o,
@@ -708,8 +718,8 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         );
     }
     w(&mut o, "".into());
-    w(&mut o, "Where the lost time falls, from each run's own `lost` report (the trainer measures each save's stall and the following steps' excess over its baseline steps, the steps before the first save, until shortly after the save is durable; the last save, at the last step, is waited for at the end). *While training, per save*: that excess over the saves training followed. *Final wait*: the last save's persist after the last step. *Drain bound*: the least ours/Burn ratio of lost time per save that any checkpointer whose last save is durable when the run ends can reach in this shape, from the disk floor alone (floor / saves / Burn's lost per save); above 0.2 the 1/5 target cannot be met here by any durable save.\n".into());
-    w(&mut o, "| state | while training, per save: ours ms | Burn ms | final wait: ours ms | Burn ms | our persist ms per save (median) | drain bound | direct-I/O bytes | page-cache bytes |\n|---|---|---|---|---|---|---|---|---|".into());
+    w(&mut o, "Where the lost time falls. *Final wait*: the last save's persist after the last step (the trainer's `lost.final_wait_ms`). *While training, per save*: the lost time less the final wait, over the saves training followed (wall time minus the mean of the baselines, minus the final wait). *Controller's estimate*: the same as the run's own frequency controller measured it (`lost.during_training_ms`: stalls plus the following steps' excess over its baseline, the steps outside any save's window); in these short runs that baseline is mostly slow warm-up steps, so it undercounts, and the wall-time column is the one to read. *Drain bound*: the least ours/Burn ratio of lost time per save that any checkpointer whose last save is durable when the run ends can reach in this shape, from the disk floor alone (floor / saves / Burn's lost per save); above 0.2 the 1/5 target cannot be met here by any durable save.\n".into());
+    w(&mut o, "| state | while training, per save: ours ms | Burn ms | controller's estimate: ours ms | Burn ms | final wait: ours ms | Burn ms | our persist ms per save (median) | drain bound | direct-I/O bytes | page-cache bytes |\n|---|---|---|---|---|---|---|---|---|---|---|".into());
     for s in results {
         let persists: Vec<f64> = s
             .ours
@@ -721,10 +731,12 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         w(
             &mut o,
             format!(
-                "| {} | {} | {} | {} | {} | {} | {:.2} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} |",
                 s.label,
-                num(s.ours.lost_during_training() * 1e3),
-                num(s.burn.lost_during_training() * 1e3),
+                num(s.lost_while_training(&s.ours) * 1e3),
+                num(s.lost_while_training(&s.burn) * 1e3),
+                num(s.ours.controller_while_training() * 1e3),
+                num(s.burn.controller_while_training() * 1e3),
                 num(s.ours.final_wait() * 1e3),
                 num(s.burn.final_wait() * 1e3),
                 num(stats::median(&persists)),
@@ -758,7 +770,7 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
         );
     }
     w(&mut o, "".into());
-    w(&mut o, "Known causes (profiles and timings in [`HISTORY.md`](HISTORY.md)): on this 2-core machine training uses both cores, so the background save's CPU is taken from training almost one for one. A save's CPU is copies into fresh memory: Burn 0.22.1's `ModuleOptimizer::to_record` copies every moment out, its `OptimizerRecord::into_bytes` moves that copy into one buffer, and the staging thread copies the model's tensors out. Burn allocates all three buffers, so the library cannot hand them reused memory, and on this VM most of such a copy is the fresh memory's page faults (`exc_page_fault` was 39 % of the staging thread's samples). The trainer's allocator backs large blocks with transparent huge pages (next section): with it `to_record` of the 1gb state's moments (672 MB) took 0.29 s instead of 0.58 s in a process that had freed memory before (the first call in a process: 1.0 s against 1.4 s), but inside the trainer each of `to_record` and `into_bytes` still took 0.8-1.6 s per save at 1gb (`RUST_LOG=ckpt_burn=debug`). Burn's own checkpointer makes the same `to_record` copy on the training thread (its stall) and afterwards only writes; our last save runs `to_record`, `into_bytes` and the optimizer's write one after the other after the last step, so our final wait is longer than Burn's although our saves cost little while training goes on (the table above). Writing costs little CPU: full chunks go to the disk with direct I/O from reused buffers.\n".into());
+    w(&mut o, "Known causes (profiles and timings in [`HISTORY.md`](HISTORY.md)): on this 2-core machine training uses both cores, so the background save's CPU is taken from training almost one for one. A save's CPU is copies into fresh memory: Burn 0.22.1's `ModuleOptimizer::to_record` copies every moment out, its `OptimizerRecord::into_bytes` moves that copy into one buffer, and the staging thread copies the model's tensors out. Burn allocates all three buffers, so the library cannot hand them reused memory (an allocator that kept the freed `into_bytes` buffer for the next save halved the final wait at 1gb but raised the peak extra RSS by 0.4-0.6x the state: tried, not kept), and on this VM most of such a copy is the fresh memory's page faults (`exc_page_fault` was 39 % of the staging thread's samples). The trainer's allocator backs large blocks with transparent huge pages (next section): with it `to_record` of the 1gb state's moments (672 MB) took 0.29 s instead of 0.58 s in a process that had freed memory before (the first call in a process: 1.0 s against 1.4 s), but inside the trainer each of `to_record` and `into_bytes` still took 0.8-1.6 s per save at 1gb (`RUST_LOG=ckpt_burn=debug`). Burn's own checkpointer makes the same `to_record` copy on the training thread (its stall) and afterwards only writes; our last save runs `to_record`, `into_bytes` and the optimizer's write one after the other after the last step, so our final wait is longer than Burn's. While training goes on our saves cost less than Burn's, but their copies' CPU is still taken from training, mostly in the step after each save (at 1gb that step ran 1.2-1.6 s longer than the same step without checkpoints in hand runs). Writing costs little CPU: full chunks go to the disk with direct I/O from reused buffers.\n".into());
     if let Some(s) = results.iter().find(|s| s.small_pages.is_some())
         && let Some([none, ours, burn]) = &s.small_pages
     {
