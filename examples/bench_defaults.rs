@@ -82,15 +82,31 @@ const CUBECL_RUNS: [(&str, &[&str]); 5] = [
     ("burn", &["--save-mode", "burn"]),
 ];
 
-/// The CubeCL-path shape: the trainer on `--backend wgpu` (through Mesa's lavapipe here, the
-/// Vulkan driver of a GPU machine there), a save every 2 steps.
-const CUBECL: Shape = Shape {
-    label: "cubecl-38mb",
-    hidden: 1024,
-    layers: 4,
-    steps: 14,
-    save_every: 2,
-};
+/// The CubeCL-path shapes: the trainer on `--backend wgpu` (through Mesa's lavapipe here, the
+/// Vulkan driver of a GPU machine there), a save every 2 steps. Lavapipe runs the kernels on
+/// the CPU, so larger states take minutes.
+const CUBECL_SHAPES: [Shape; 2] = [
+    Shape {
+        label: "cubecl-38mb",
+        hidden: 1024,
+        layers: 4,
+        steps: 14,
+        save_every: 2,
+    },
+    Shape {
+        label: "cubecl-151mb",
+        hidden: 2048,
+        layers: 4,
+        steps: 8,
+        save_every: 2,
+    },
+];
+
+/// The CubeCL section's heading and definitions, before its shapes.
+const CUBECL_INTRO: &str = "## The CubeCL path (wgpu)\n\n`train --backend wgpu`: the burn-cubecl code CUDA runs, here through wgpu's Vulkan driver. *Ours* has default flags: on wgpu (one queue) the save call reads the optimizer's state to host itself, ahead of the next step's work, and enqueues the model's read (`--optimizer-read auto`); *background* adds `--optimizer-read background` (the staging helper reads it beside the next forward and backward, and the update waits until it is out, `--update-wait auto`; the wait counted in the save's stall); *background-no-wait* also adds `--update-wait never` (the update copies on write what the save still holds); *Burn* is `--save-mode burn`. *Held at the next update*: `pinned_at_next_update`, the state the save's snapshot still held handles of when the next update ran. *Device extra one step later*: the device allocator's bytes in use at the end of the step after the save minus at the end of the save's step (`Device::memory_pool_usage`, which is CubeCL's `memory_report(MemoryScope::Device)`). *Lost per save*: wall time minus the run without checkpoints, over the saves.\n\n";
+
+/// One CubeCL shape's runs, by mode.
+type CubeclRuns = Vec<(&'static str, std::result::Result<Run, String>)>;
 
 /// A run shape: the trainer's model flags for one state size.
 struct Shape {
@@ -382,7 +398,7 @@ fn main() -> Result<()> {
         + if args.no_cubecl {
             0
         } else {
-            CUBECL_RUNS.len() as u64
+            (CUBECL_SHAPES.len() * CUBECL_RUNS.len()) as u64
         }
         + if with_budgets {
             budgets.len() as u64 + 3
@@ -476,29 +492,14 @@ fn main() -> Result<()> {
         });
     }
     // A trainer without wgpu or a machine without Vulkan: said in the report, not fatal.
-    let cubecl = (!args.no_cubecl).then(|| {
-        // Unrecorded, as for every size: the first wgpu run also compiles the shaders.
-        bar.set_message(format!("{} warm-up", CUBECL.label));
-        let warm: Vec<String> = ["--backend", "wgpu", "--save-every", "0", "--steps", "2"]
-            .map(String::from)
-            .into();
-        if let Err(e) = run_trainer(&train, &dir, &CUBECL, "warm-up", &warm) {
-            bar.println(format!("{} warm-up failed: {e:#}", CUBECL.label));
-        }
-        CUBECL_RUNS.map(|(mode, flags)| {
-            bar.set_message(format!("{} {mode}", CUBECL.label));
-            // The trainer takes a flag's last value: a run's own `--save-every` overrides.
-            let save_every = CUBECL.save_every.to_string();
-            let all: Vec<String> = ["--backend", "wgpu", "--save-every", &save_every]
-                .into_iter()
-                .chain(flags.iter().copied())
-                .map(String::from)
-                .collect();
-            let r = run_trainer(&train, &dir, &CUBECL, mode, &all).map_err(|e| format!("{e:#}"));
-            bar.inc(1);
-            (mode, r)
-        })
-    });
+    let cubecl: Vec<(&Shape, CubeclRuns)> = if args.no_cubecl {
+        Vec::new()
+    } else {
+        CUBECL_SHAPES
+            .iter()
+            .map(|shape| (shape, cubecl_runs(&train, &dir, shape, &bar)))
+            .collect()
+    };
     bar.finish_and_clear();
     let load_after = machine::loadavg();
     let mut md = markdown(
@@ -507,23 +508,32 @@ fn main() -> Result<()> {
         &load_after,
         t0.elapsed().as_secs_f64(),
     );
-    if let Some(c) = &cubecl {
-        md.push_str(&cubecl_markdown(c));
+    if !cubecl.is_empty() {
+        md.push_str(CUBECL_INTRO);
+    }
+    for (shape, runs) in &cubecl {
+        md.push_str(&cubecl_markdown(shape, runs));
     }
     let out = args.out.join("REPORT.md");
     std::fs::write(&out, md).with_context(|| format!("writing {}", out.display()))?;
     let json_path = args.out.join("report.json");
     let mut json = json!({"sizes": to_json(&results)});
-    if let Some(runs) = &cubecl {
-        let mut c = json!({"shape": CUBECL.label});
-        for (mode, r) in runs {
-            c[*mode] = match r {
-                Ok(r) => json!({"wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report}),
-                Err(e) => json!({"error": e}),
-            };
-        }
-        json["cubecl"] = c;
-    }
+    let cubecl_json: Vec<Value> = cubecl
+        .iter()
+        .map(|(shape, runs)| {
+            let mut c = json!({"shape": shape.label});
+            for (mode, r) in runs {
+                c[*mode] = match r {
+                    Ok(r) => {
+                        json!({"wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report})
+                    }
+                    Err(e) => json!({"error": e}),
+                };
+            }
+            c
+        })
+        .collect();
+    json["cubecl"] = Value::Array(cubecl_json);
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     println!(
         "wrote {} and {} in {:.1} min",
@@ -860,11 +870,45 @@ fn markdown(results: &[SizeResult], load_before: &str, load_after: &str, elapsed
     o
 }
 
-/// The CubeCL section: per save, the state still held when the next update ran, the wait
-/// before it and the device memory the save still held one step later, with and without the
-/// wait; stalls and lost time beside Burn's, from the trainers' reports.
-fn cubecl_markdown(runs: &[(&str, std::result::Result<Run, String>)]) -> String {
-    let mut o = String::from("## The CubeCL path (wgpu)\n\n");
+/// Runs one CubeCL shape: an unrecorded warm-up (the first wgpu run also compiles the shaders),
+/// then every mode of [`CUBECL_RUNS`]. A trainer without wgpu or a machine without Vulkan is
+/// said in the report, not fatal.
+fn cubecl_runs(
+    train: &Path,
+    dir: &Path,
+    shape: &Shape,
+    bar: &indicatif::ProgressBar,
+) -> CubeclRuns {
+    bar.set_message(format!("{} warm-up", shape.label));
+    let warm: Vec<String> = ["--backend", "wgpu", "--save-every", "0", "--steps", "2"]
+        .map(String::from)
+        .into();
+    if let Err(e) = run_trainer(train, dir, shape, "warm-up", &warm) {
+        bar.println(format!("{} warm-up failed: {e:#}", shape.label));
+    }
+    CUBECL_RUNS
+        .iter()
+        .map(|(mode, flags)| {
+            bar.set_message(format!("{} {mode}", shape.label));
+            // The trainer takes a flag's last value: a run's own `--save-every` overrides.
+            let save_every = shape.save_every.to_string();
+            let all: Vec<String> = ["--backend", "wgpu", "--save-every", &save_every]
+                .into_iter()
+                .chain(flags.iter().copied())
+                .map(String::from)
+                .collect();
+            let r = run_trainer(train, dir, shape, mode, &all).map_err(|e| format!("{e:#}"));
+            bar.inc(1);
+            (*mode, r)
+        })
+        .collect()
+}
+
+/// One shape of the CubeCL section: per save, the state still held when the next update ran,
+/// the wait before it and the device memory the save still held one step later, with and
+/// without the wait; stalls and lost time beside Burn's, from the trainers' reports.
+fn cubecl_markdown(shape: &Shape, runs: &[(&str, std::result::Result<Run, String>)]) -> String {
+    let mut o = format!("### {}\n\n", shape.label);
     let get = |mode: &str| runs.iter().find(|(m, _)| *m == mode).map(|(_, r)| r);
     let (Some(Ok(base)), Some(Ok(ours))) = (get("base"), get("ours")) else {
         for (mode, r) in runs {
@@ -876,11 +920,11 @@ fn cubecl_markdown(runs: &[(&str, std::result::Result<Run, String>)]) -> String 
     };
     let state = ours.state_bytes().unwrap_or(0).max(1) as f64;
     o.push_str(&format!(
-        "`train --backend wgpu --hidden {} --layers {} --steps {} --save-every {}` ({} state): the burn-cubecl code CUDA runs, here through wgpu's Vulkan driver. *Ours* has default flags: on wgpu (one queue) the save call reads the optimizer's state to host itself, ahead of the next step's work, and enqueues the model's read (`--optimizer-read auto`); *background* adds `--optimizer-read background` (the staging helper reads it beside the next forward and backward, and the update waits until it is out, `--update-wait auto`; the wait counted in the save's stall); *background-no-wait* also adds `--update-wait never` (the update copies on write what the save still holds); *Burn* is `--save-mode burn`. *Held at the next update*: `pinned_at_next_update`, the state the save's snapshot still held handles of when the next update ran. *Device extra one step later*: the device allocator's bytes in use at the end of the step after the save minus at the end of the save's step (`Device::memory_pool_usage`, which is CubeCL's `memory_report(MemoryScope::Device)`). *Lost per save*: wall time minus the run without checkpoints, over the saves.\n\n",
-        CUBECL.hidden,
-        CUBECL.layers,
-        CUBECL.steps,
-        CUBECL.save_every,
+        "`train --backend wgpu --hidden {} --layers {} --steps {} --save-every {}` ({} state).\n\n",
+        shape.hidden,
+        shape.layers,
+        shape.steps,
+        shape.save_every,
         mb(state),
     ));
     o.push_str("| run | stall ms, median [range] | lost per save ms | extra peak RSS |\n|---|---|---|---|\n");
