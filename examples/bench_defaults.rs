@@ -4,16 +4,19 @@
 //!
 //! ```text
 //! cargo build --release --features wgpu --example train --example bench_defaults
-//! target/release/examples/bench_defaults                              # ~30 min on 2 cores
+//! target/release/examples/bench_defaults                              # ~15 min on 2 cores
 //! target/release/examples/bench_defaults --sizes 10mb --budgets ''    # smoke test
+//! target/release/examples/bench_defaults --sizes '' --budgets '' --cubecl-sizes 1gb,4gb \
+//!     --note "GPU: ..."                                               # on a GPU (scripts/gpu-check.sh)
 //! ```
 //!
 //! Each size runs, in turn: no checkpoints, ours with default flags, Burn's checkpointer, no
 //! checkpoints again (the machine's speed drifts; the two baselines bound the noise). At 1gb the
-//! snapshot budgets of `--budgets` (fractions of the state) follow. Last, small runs on
-//! `--backend wgpu` (the CubeCL path: no checkpoints, ours, ours with the optimizer read on the
-//! staging helper with and without the wait before the update, Burn's) measure what a save still holds at the next update and in device memory one
-//! step later, and the stall and lost time beside Burn's (`--no-cubecl` skips them). Every run
+//! snapshot budgets of `--budgets` (fractions of the state) follow. Last, runs on `--backend
+//! wgpu` at the `--cubecl-sizes` (the CubeCL path: no checkpoints, ours, ours with the
+//! optimizer read on the staging helper with and without the wait before the update, Burn's)
+//! measure what a save still holds at the next update and in device memory one step later,
+//! and the stall and lost time beside Burn's (`--no-cubecl` skips them). Every run
 //! is a separate process: its peak RSS comes from `wait4`. *Lost time* is the run's wall time
 //! to `done` (which includes waiting for the last save to be durable) minus the mean of the two
 //! baselines: every stall and every slowdown of the following steps, until each save is
