@@ -747,6 +747,8 @@ fn wgpu_exact_resume_and_snapshot_immutability() {
             wgpu.clone(),
         ],
     );
+    assert_eq!(rc["optimizer_read"], "at-capture");
+    assert_eq!(ra["optimizer_read"], "background");
     let samples = rc["pinned_at_next_update"].as_array().unwrap();
     assert_eq!(samples.len(), 2, "{samples:?}");
     for sample in samples {

@@ -275,6 +275,11 @@ pub struct DemoReport {
     /// optimizer update ran (sampled just before it): what that update had to copy instead of
     /// writing in place (host memory on Flex, device memory on wgpu).
     pub pinned_at_next_update: Vec<PinnedSample>,
+    /// How the run's saves read the optimizer's state from the device
+    /// ([`DemoConfig::optimizer_read`] as it applied to the run's device): `at-capture` (inside
+    /// the save call) or `background` (on the staging helper); `None` on host memory (Flex),
+    /// where it does not apply.
+    pub optimizer_read: Option<&'static str>,
 }
 
 /// [`DemoReport::pinned_at_next_update`]: one save's sample.
@@ -603,6 +608,24 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut final_step = cfg.steps.max(start);
     let mut saved_before: Option<(u64, Option<u64>)> = None;
     let wait_before_update = cfg.update_wait.applies_to(&device);
+    if cfg.checkpointing() && device.memory_pool_usage().is_some() {
+        let at_capture = cfg.optimizer_read.at_capture(&device);
+        report.optimizer_read = Some(if at_capture {
+            "at-capture"
+        } else {
+            "background"
+        });
+        tracing::info!(
+            setting = ?cfg.optimizer_read,
+            wait_before_update,
+            "saves read the optimizer's state from the device {}",
+            if at_capture {
+                "inside the save call"
+            } else {
+                "on the staging helper after it"
+            }
+        );
+    }
 
     for step in start + 1..=cfg.steps {
         let t_step = Instant::now();
