@@ -450,7 +450,7 @@ struct Staging {
 /// its record already read and encoded inside the save call ([`crate::OptimizerRead`]).
 struct StageJob {
     slots: Vec<SharedSlot>,
-    optim: OptimJob,
+    optim: OptimState,
     /// Whether the model's parameters all live on one host-memory device (Flex), known at the
     /// capture: Burn's optimizer record is then an eager host copy.
     host: bool,
@@ -461,14 +461,6 @@ struct StageJob {
 
 /// What a staging job produces: Burn's optimizer record, encoded.
 type StageResult = std::result::Result<burn::tensor::Bytes, BoxError>;
-
-/// The optimizer part of a staging job.
-enum OptimJob {
-    /// Its handles, counted in [`crate::pinned_state_bytes`] until its record is taken.
-    Handles(ModuleOptimizer, Pin),
-    /// Its record, read and encoded inside the save call (or the error that made).
-    Encoded(StageResult),
-}
 
 /// A staging job not yet started, running on the staging thread (whose result arrives on the
 /// receiver), or its result taken by the optimizer part.
@@ -501,26 +493,16 @@ impl StageJob {
             host,
             stage_model,
         } = self;
-        let (optim, pin) = match optim {
-            OptimJob::Handles(optim, pin) => (optim, pin),
-            OptimJob::Encoded(bytes) => {
-                // Read inside the save call: only the model is left to stage.
-                if stage_model {
-                    for slot in &slots {
-                        stage_slot(slot);
-                    }
-                }
-                return bytes;
-            }
-        };
         let t0 = Instant::now();
-        // Host state: the record first, and the optimizer's handles and pin go with it.
-        let optim = if host {
-            let record = optim.to_record();
-            drop((optim, pin));
-            OptimState::Recorded(record)
-        } else {
-            OptimState::Held(optim, pin)
+        let optim = match optim {
+            // Host state: the record first, and the optimizer's handles and pin go with it.
+            OptimState::Held(optim, pin) if host => {
+                let record = optim.to_record();
+                drop((optim, pin));
+                OptimState::Recorded(record)
+            }
+            // Read inside the save call (only the model is left to stage), or device handles.
+            other => other,
         };
         let t_early = t0.elapsed();
         if stage_model {
@@ -531,10 +513,11 @@ impl StageJob {
         drop(slots);
         let t_model = t0.elapsed();
         let bytes = match optim {
+            OptimState::Encoded(bytes) => bytes?,
             OptimState::Recorded(record) => record.into_bytes()?,
             OptimState::Held(optim, pin) => {
-                let bytes = optim.to_record().into_bytes()?;
-                drop((optim, pin));
+                let bytes = encode_record(optim)?;
+                drop(pin);
                 bytes
             }
         };
@@ -549,9 +532,11 @@ impl StageJob {
     }
 }
 
-/// The optimizer's state on the staging helper: Burn's record already taken (its handles
-/// released), or the handles and their pin.
+/// The optimizer's state on the staging helper: its record read and encoded inside the save
+/// call ([`crate::OptimizerRead`], or the error that made), Burn's record already taken (its
+/// handles released), or the handles, counted in [`crate::pinned_state_bytes`] by their pin.
 enum OptimState {
+    Encoded(StageResult),
     Recorded(OptimizerRecord),
     Held(ModuleOptimizer, Pin),
 }
@@ -898,10 +883,11 @@ impl<M: Module + 'static> FrozenState<M> {
         // devices or none, else whether it is device memory.
         let on_device = device.as_ref().map(crate::pinned::holds_device_memory);
         let host = on_device == Some(false);
+        // `on_device` already asked the backend whether it holds device memory.
         let read_now = on_device == Some(true)
             && device
                 .as_ref()
-                .is_some_and(|d| optimizer_read.at_capture(d));
+                .is_some_and(|d| optimizer_read.on_device_backend(d));
         let optim = if read_now {
             // Read now, ahead of anything the trainer queues next, and before the model's read
             // is enqueued (the wait is for the optimizer's bytes alone); its handles go at once.
@@ -911,9 +897,9 @@ impl<M: Module + 'static> FrozenState<M> {
                 ms = t_read.elapsed().as_secs_f64() * 1e3,
                 "read the optimizer's record inside the save call"
             );
-            OptimJob::Encoded(bytes)
+            OptimState::Encoded(bytes)
         } else {
-            OptimJob::Handles(optim, Pin::new(optim_bytes))
+            OptimState::Held(optim, Pin::new(optim_bytes))
         };
         if stage_model && on_device == Some(true) {
             // On a device backend the model's reads are enqueued now, ahead of the next step.

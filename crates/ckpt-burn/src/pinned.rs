@@ -176,16 +176,26 @@ pub enum OptimizerRead {
 }
 
 impl OptimizerRead {
-    /// Whether a save of optimizer state on `device` reads it inside the save call (only ever
-    /// on a device backend: [`holds_device_memory`]). Decide once per run: asking a device
-    /// backend for its memory pool is a call to its server.
+    /// What it decides on `device`: `None` on host memory (Flex), where it does not apply,
+    /// else whether the save call reads the optimizer's state (`true`) or the staging helper
+    /// does. Decide once per run: asking a device backend for its memory pool
+    /// ([`holds_device_memory`]) is a call to its server.
+    pub fn on(self, device: &burn::tensor::Device) -> Option<bool> {
+        holds_device_memory(device).then(|| self.on_device_backend(device))
+    }
+
+    /// Whether a save of optimizer state on `device` reads it inside the save call:
+    /// `self.on(device) == Some(true)`.
     pub fn at_capture(self, device: &burn::tensor::Device) -> bool {
+        self.on(device) == Some(true)
+    }
+
+    /// [`Self::on`] for a `device` already known to hold device memory (no server call).
+    pub(crate) fn on_device_backend(self, device: &burn::tensor::Device) -> bool {
         match self {
             OptimizerRead::Background => false,
-            OptimizerRead::AtCapture => holds_device_memory(device),
-            OptimizerRead::Auto => {
-                holds_device_memory(device) && !runtime_has_thread_streams(&format!("{device:?}"))
-            }
+            OptimizerRead::AtCapture => true,
+            OptimizerRead::Auto => !runtime_has_thread_streams(&format!("{device:?}")),
         }
     }
 }

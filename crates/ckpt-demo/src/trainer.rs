@@ -608,8 +608,9 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut final_step = cfg.steps.max(start);
     let mut saved_before: Option<(u64, Option<u64>)> = None;
     let wait_before_update = cfg.update_wait.applies_to(&device);
-    if cfg.checkpointing() && device.memory_pool_usage().is_some() {
-        let at_capture = cfg.optimizer_read.at_capture(&device);
+    if cfg.checkpointing()
+        && let Some(at_capture) = cfg.optimizer_read.on(&device)
+    {
         report.optimizer_read = Some(if at_capture {
             "at-capture"
         } else {
@@ -617,13 +618,8 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         });
         tracing::info!(
             setting = ?cfg.optimizer_read,
-            wait_before_update,
-            "saves read the optimizer's state from the device {}",
-            if at_capture {
-                "inside the save call"
-            } else {
-                "on the staging helper after it"
-            }
+            at_capture,
+            "how saves read the optimizer's state from the device"
         );
     }
 
