@@ -1003,6 +1003,7 @@ impl ModuleMapper for IdMapper {
         self.path.pop();
     }
     fn map_float<const D: usize>(&mut self, mut param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        init_now(&param);
         param.id = self.next_id();
         param
     }
@@ -1010,6 +1011,7 @@ impl ModuleMapper for IdMapper {
         &mut self,
         mut param: Param<Tensor<D, Int>>,
     ) -> Param<Tensor<D, Int>> {
+        init_now(&param);
         param.id = self.next_id();
         param
     }
@@ -1017,14 +1019,29 @@ impl ModuleMapper for IdMapper {
         &mut self,
         mut param: Param<Tensor<D, Bool>>,
     ) -> Param<Tensor<D, Bool>> {
+        init_now(&param);
         param.id = self.next_id();
         param
+    }
+}
+
+/// Draws a lazily initialized parameter's value now. Burn 0.22 initializes a parameter at its
+/// first use, from the backend RNG as it is then: after the caller seeded it, another thread
+/// of the process may have re-seeded it or drawn from it.
+fn init_now<T: burn::module::ParameterValue>(param: &Param<T>) {
+    if !param.is_initialized() {
+        let _ = std::ops::Deref::deref(param);
     }
 }
 
 /// Replaces every parameter's random [`ParamId`] with one derived from `(seed, path)`, so two
 /// fresh runs with the same seed write byte-identical records (Burn draws ParamIds from an
 /// unseedable RNG). Apply right after initializing the model, before any optimizer step.
+///
+/// Parameters Burn has not initialized yet (it initializes them lazily, at their first use)
+/// are initialized here, so their values come from the backend RNG as the caller seeded it,
+/// not as it is whenever the model is first used (the RNG is process-global: another thread
+/// may re-seed it or draw from it in between).
 pub fn assign_param_ids<M: Module>(module: M, seed: u64) -> M {
     module.map(&mut IdMapper {
         seed,
