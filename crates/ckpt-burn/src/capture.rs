@@ -1028,10 +1028,9 @@ impl ModuleMapper for IdMapper {
 /// Draws a lazily initialized parameter's value now. Burn 0.22 initializes a parameter at its
 /// first use, from the backend RNG as it is then: after the caller seeded it, another thread
 /// of the process may have re-seeded it or drawn from it.
+/// (Dereferencing an initialized parameter only reads its cached value.)
 fn init_now<T: burn::module::ParameterValue>(param: &Param<T>) {
-    if !param.is_initialized() {
-        let _ = std::ops::Deref::deref(param);
-    }
+    let _: &T = param;
 }
 
 /// Replaces every parameter's random [`ParamId`] with one derived from `(seed, path)`, so two

@@ -13,11 +13,9 @@ use test_support::tiny::Tiny;
 #[test]
 fn assign_param_ids_draws_lazy_weights_under_the_callers_seed() {
     let device = Device::flex();
-    device.seed(5);
-    let first = encode_model(assign_param_ids(Tiny::new(&device), 1)).unwrap();
+    let first = encode_model(assign_param_ids(Tiny::seeded(&device, 5), 1)).unwrap();
 
-    device.seed(5);
-    let model = assign_param_ids(Tiny::new(&device), 1);
+    let model = assign_param_ids(Tiny::seeded(&device, 5), 1);
     // Another user of the RNG between building the model and its first use.
     device.seed(99);
     let _ = Tensor::<1>::random([64], Distribution::Default, &device).into_data();
