@@ -114,6 +114,18 @@ enum OptimizerReadArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum ModelStagingArg {
+    /// Whichever loses less training time, measured per save (the first save stages, the
+    /// second holds, later ones take the cheaper and retry the other now and then).
+    Auto,
+    /// A helper copies the model's tensors out at once; the next update writes in place.
+    Stage,
+    /// The writer reads the held tensors as it writes them; an update before that copies on
+    /// write.
+    Hold,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum UpdateWaitArg {
     /// Wait where the held state is device memory (wgpu, CUDA), not on Flex.
     Auto,
@@ -220,6 +232,12 @@ struct Args {
     /// update) and after it on CUDA, whose threads have streams of their own. No effect on Flex.
     #[arg(long, value_enum, default_value_t = OptimizerReadArg::Auto)]
     optimizer_read: OptimizerReadArg,
+    /// On Flex (CPU), how a background save takes the model's tensors off the training state:
+    /// copied out by a helper thread, or held for the writer. `auto` picks per save whichever
+    /// costs training less, as measured (the report's `session.model_staging` lists each
+    /// save's choice and cost). On a device backend the model is always staged.
+    #[arg(long, value_enum, default_value_t = ModelStagingArg::Auto)]
+    model_staging: ModelStagingArg,
     /// Back large allocations (4 MiB and more) with transparent huge pages
     /// (`ckpt_alloc::HugePages`): Burn's CPU backend and a save's record copies write mostly
     /// fresh memory, which then faults in 2 MiB at a time instead of 4 KiB. Takes effect where
@@ -439,6 +457,11 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         OptimizerReadArg::Auto => ckpt_burn::OptimizerRead::Auto,
         OptimizerReadArg::AtCapture => ckpt_burn::OptimizerRead::AtCapture,
         OptimizerReadArg::Background => ckpt_burn::OptimizerRead::Background,
+    };
+    cfg.model_staging = match args.model_staging {
+        ModelStagingArg::Auto => ckpt_core::StagingPolicy::Measured,
+        ModelStagingArg::Stage => ckpt_core::StagingPolicy::Fixed(ckpt_core::ModelStaging::Stage),
+        ModelStagingArg::Hold => ckpt_core::StagingPolicy::Fixed(ckpt_core::ModelStaging::Hold),
     };
     cfg.update_wait = match args.update_wait {
         UpdateWaitArg::Auto => ckpt_burn::UpdateWait::Auto,

@@ -41,7 +41,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, ExecutionError, Int, Tensor, Transaction};
-use ckpt_core::{SaveMemory, Snapshot};
+use ckpt_core::{ModelStaging, SaveMemory, Snapshot};
 
 use crate::data::mix_seed;
 use crate::pack::write_pack;
@@ -744,6 +744,8 @@ pub struct FrozenState<M> {
     model_bytes: std::cell::OnceCell<u64>,
     /// When a background snapshot reads the optimizer's state from a device.
     optimizer_read: crate::OptimizerRead,
+    /// Whether a background snapshot of host-memory state stages the model or holds it.
+    model_staging: ModelStaging,
 }
 
 impl<M> std::fmt::Debug for FrozenState<M> {
@@ -805,7 +807,20 @@ impl<M: Module + 'static> FrozenState<M> {
             capture_time: t0.elapsed(),
             model_bytes: std::cell::OnceCell::new(),
             optimizer_read: crate::OptimizerRead::default(),
+            model_staging: ModelStaging::Stage,
         }
+    }
+
+    /// Sets how a background snapshot takes the model's tensors off the training state where
+    /// they are host memory (Flex; default [`ModelStaging::Stage`]): copied out at once by the
+    /// staging helper, or held for the writer, which reads each as it writes it (an update in
+    /// between copies it on write, and the writer then reads the old buffer without a copy).
+    /// Either way the snapshot keeps the captured step's values. On a device backend the
+    /// model is always staged: held handles would keep device memory.
+    /// [`ckpt_core::MemoryGate::model_staging`] picks it per save by its measured cost.
+    pub fn with_model_staging(mut self, staging: ModelStaging) -> Self {
+        self.model_staging = staging;
+        self
     }
 
     /// Sets when a background snapshot of state on a device backend reads the optimizer's
@@ -851,7 +866,8 @@ impl<M: Module + 'static> FrozenState<M> {
     /// by then is read from its handle as it is written, without staging. The model is staged
     /// at once unless the trainer waits for all of it to be written (a limit no larger than the
     /// optimizer record, which stays held until its own part is written): what is left of it
-    /// when training goes on would otherwise be copied on write. The optimizer record is taken
+    /// when training goes on would otherwise be copied on write, or unless the state is host
+    /// memory and [`Self::with_model_staging`] says to hold it. The optimizer record is taken
     /// on the helper thread either way, beside the writer.
     pub fn into_snapshot_waited(
         self,
@@ -860,7 +876,7 @@ impl<M: Module + 'static> FrozenState<M> {
     ) -> Snapshot {
         let model_bytes = self.model_bytes();
         let optim_bytes = optim_bytes.unwrap_or(2 * model_bytes);
-        let stage_model = wait_limit.is_none_or(|limit| limit > optim_bytes);
+        let waited_for_model = wait_limit.is_some_and(|limit| limit <= optim_bytes);
         let Self {
             model,
             optim,
@@ -868,6 +884,7 @@ impl<M: Module + 'static> FrozenState<M> {
             trainer,
             capture_time,
             optimizer_read,
+            model_staging,
             ..
         } = self;
         let t0 = Instant::now();
@@ -883,6 +900,7 @@ impl<M: Module + 'static> FrozenState<M> {
         // devices or none, else whether it is device memory.
         let on_device = device.as_ref().map(crate::pinned::holds_device_memory);
         let host = on_device == Some(false);
+        let stage_model = !waited_for_model && !(host && model_staging == ModelStaging::Hold);
         // `on_device` already asked the backend whether it holds device memory.
         let read_now = on_device == Some(true)
             && device

@@ -93,6 +93,8 @@ pub struct FrequencyController {
 /// ended: every extra second in them is the save's cost.
 #[derive(Debug, Clone, Copy, Default)]
 struct Window {
+    /// The save's step.
+    step: u64,
     steps: u64,
     time: f64,
     stall: Option<f64>,
@@ -233,6 +235,25 @@ impl FrequencyController {
             return self.closed_stall;
         };
         (self.closed_time - self.closed_steps as f64 * base).max(0.0) + self.closed_stall
+    }
+
+    /// What each of the newest saves cost, in seconds, by step: its stall plus the excess over
+    /// the current baseline of the steps in its window (the window still open included, as
+    /// measured so far). Empty before there is a baseline. Where saves overlap, a save's
+    /// window ends at the next save, which is then charged with the rest.
+    pub fn save_costs(&self) -> Vec<(u64, f64)> {
+        let Some(base) = self.baseline() else {
+            return Vec::new();
+        };
+        let open = self.window.map(|w| Window {
+            stall: Some(w.stall.or(self.stall.get()).unwrap_or(0.0)),
+            ..w
+        });
+        self.recent
+            .iter()
+            .chain(open.as_ref())
+            .map(|w| (w.step, w.cost(base)))
+            .collect()
     }
 
     /// The per-save estimate against baseline `base` (see [`Self::cost_per_save`]).
@@ -385,7 +406,10 @@ impl FrequencyController {
         // Every policy measures what its saves cost (reported as lost time); only the budget
         // policy decides by it.
         self.close_window();
-        self.window = Some(Window::default());
+        self.window = Some(Window {
+            step,
+            ..Window::default()
+        });
         self.clean_run = 0;
     }
 }
@@ -415,5 +439,33 @@ mod tests {
             }
         }
         assert_eq!(saves, vec![10, 20, 30, 40, 50]);
+    }
+
+    #[test]
+    fn save_costs_charge_each_save_with_its_own_window() {
+        let ms = Duration::from_millis;
+        let mut f = FrequencyController::new(FrequencyPolicy::EverySteps(10));
+        assert!(f.save_costs().is_empty(), "no baseline yet");
+        for _ in 0..8 {
+            f.observe_step(ms(100), false);
+        }
+        // Save at step 8 (stall 5 ms), then two steps 50 ms slower while it persists.
+        f.saved_after_stall(8, ms(800), ms(5));
+        f.observe_step(ms(150), true);
+        f.observe_step(ms(150), true);
+        // Its window is still open: measured so far.
+        let open = f.save_costs();
+        assert_eq!(open.len(), 1);
+        assert!((open[0].1 - 0.105).abs() < 1e-9, "{open:?}");
+        for _ in 0..3 {
+            f.observe_step(ms(100), false);
+        }
+        // A second save, 300 ms slower in one step.
+        f.saved_after_stall(20, ms(2000), ms(1));
+        f.observe_step(ms(400), true);
+        let costs = f.save_costs();
+        assert_eq!(costs.iter().map(|c| c.0).collect::<Vec<_>>(), vec![8, 20]);
+        assert!((costs[0].1 - 0.105).abs() < 1e-9, "{costs:?}");
+        assert!((costs[1].1 - 0.301).abs() < 1e-9, "{costs:?}");
     }
 }

@@ -20,6 +20,7 @@
 //! ```
 
 mod checksum;
+mod choice;
 mod direct;
 mod durable;
 mod engine;
@@ -54,6 +55,7 @@ pub mod storage;
 mod verify;
 mod writeback;
 
+pub use choice::{ModelStaging, StagingChooser, StagingPolicy, StagingRecord};
 pub use direct::{DirectIoStats, direct_io_stats};
 pub use durable::{DurableFile, write_durable_file, write_durable_file_in};
 pub use engine::{

@@ -56,6 +56,7 @@ use std::{
 
 use serde::Serialize;
 
+use crate::choice::{ModelStaging, StagingChooser, StagingPolicy, StagingRecord};
 use crate::{Engine, Error, FrequencyController, FrequencyPolicy, SaveEvent, SubmitOutcome};
 
 /// What the session does when a checkpoint fails to persist (disk full, I/O error).
@@ -186,6 +187,7 @@ pub struct MemoryGate {
     previous_bytes: Option<u64>,
     fallbacks: u64,
     wait_limit: Option<u64>,
+    staging: StagingChooser,
 }
 
 impl MemoryGate {
@@ -212,6 +214,15 @@ impl MemoryGate {
     /// the newest route was not throttled.
     pub fn wait_limit(&self) -> Option<u64> {
         self.wait_limit
+    }
+
+    /// How the save of `step` takes the model's tensors off the training state, where they
+    /// are host memory (see [`ModelStaging`]): picked under the session's [`StagingPolicy`] and
+    /// recorded, so that the cost of the save is attributed to it. Call it only for saves it
+    /// applies to (a background save of host-memory state); on a device the model is always
+    /// staged.
+    pub fn model_staging(&mut self, step: u64) -> ModelStaging {
+        self.staging.pick(step)
     }
 
     /// The route that keeps the save of `step`, needing `need`, within the budget.
@@ -320,6 +331,9 @@ pub struct SessionConfig {
     /// Checkpoint every step the frequency picks, and the final one; `false` turns
     /// checkpointing off (also the final save).
     pub enabled: bool,
+    /// How background saves of host-memory state take the model off the training state
+    /// ([`MemoryGate::model_staging`]).
+    pub staging: StagingPolicy,
 }
 
 impl SessionConfig {
@@ -334,7 +348,14 @@ impl SessionConfig {
             grace_period: None,
             memory_budget: None,
             end_step: None,
+            staging: StagingPolicy::default(),
         }
+    }
+
+    /// How background saves of host-memory state take the model off the training state.
+    pub fn model_staging(mut self, policy: StagingPolicy) -> Self {
+        self.staging = policy;
+        self
     }
 
     /// The step the run ends at (always checkpointed).
@@ -435,6 +456,9 @@ pub struct SessionReport {
     pub stopped: Option<StopReport>,
     /// The training time checkpoints cost, as measured.
     pub lost: LostTime,
+    /// The saves whose model staging was picked ([`MemoryGate::model_staging`]): which way
+    /// each used and what it cost training, as measured.
+    pub model_staging: Vec<StagingRecord>,
 }
 
 /// The training time checkpoints cost a run, as the frequency controller measured it (for
@@ -487,6 +511,7 @@ impl CheckpointSession {
             ctrl: FrequencyController::new(cfg.policy),
             gate: MemoryGate {
                 budget: cfg.memory_budget,
+                staging: StagingChooser::new(cfg.staging),
                 ..Default::default()
             },
             started: Instant::now(),
@@ -592,6 +617,8 @@ impl CheckpointSession {
         let polled = self.drain(target, false).map_err(E::from)?;
         self.record(polled);
         let mut sync_events = Vec::new();
+        // The newest saves' costs, for a measured staging pick.
+        self.gate.staging.observe(self.ctrl.save_costs());
         loop {
             self.gate.in_flight = target.in_flight();
             self.gate.held_now = target.held_bytes();
@@ -721,6 +748,7 @@ impl CheckpointSession {
             );
         }
         let (base, during) = self.ctrl.lost();
+        self.gate.staging.observe(self.ctrl.save_costs());
         let final_wait = t_finish.elapsed().as_secs_f64();
         let mut report = self.report;
         let total = (during + final_wait) * 1e3;
@@ -734,6 +762,7 @@ impl CheckpointSession {
         };
         report.saves.sort_by_key(|s| s.step);
         report.interval = self.ctrl.interval();
+        report.model_staging = self.gate.staging.records();
         report.stopped = self.stopped_at.map(|(step, t)| StopReport {
             step,
             outcome,
@@ -884,6 +913,55 @@ mod tests {
             }
         }
         s.finish(t, |_| Ok(vec![]))
+    }
+
+    /// Saves pick their model staging through the gate, each is charged with the slower steps
+    /// that follow it, and the cheaper way is kept (here holding: its saves slow the next two
+    /// steps by 2 ms, staging's by 20 ms).
+    #[test]
+    fn measured_staging_keeps_the_way_whose_saves_cost_less() {
+        let mut s = CheckpointSession::new(SessionConfig::new(FrequencyPolicy::EverySteps(10)));
+        let mut t = Fake::default();
+        let mut slow: Vec<u64> = Vec::new();
+        for step in 1..=200u64 {
+            let extra = slow.pop().unwrap_or(0);
+            let took = Duration::from_millis(1 + extra);
+            let b = s
+                .boundary(step, took, t.in_flight(), Ok::<_, Error>)
+                .unwrap();
+            if b.save {
+                let mut picked = None;
+                s.save(&mut t, step, |t: &mut Fake, gate| {
+                    picked = Some(gate.model_staging(step));
+                    t.queued.push(step);
+                    Ok::<_, Error>(Submitted::queued(step, Duration::ZERO))
+                })
+                .unwrap();
+                let per_step = if picked == Some(ModelStaging::Hold) {
+                    2
+                } else {
+                    20
+                };
+                slow = vec![per_step; 2];
+            }
+            s.poll(&mut t).unwrap();
+        }
+        let r = s.finish(t, |_| Ok(vec![])).unwrap();
+        let ways: Vec<ModelStaging> = r.model_staging.iter().map(|m| m.staging).collect();
+        assert_eq!(ways.len(), 20);
+        assert_eq!(
+            &ways[..3],
+            &[ModelStaging::Stage, ModelStaging::Hold, ModelStaging::Hold]
+        );
+        let staged = ways.iter().filter(|w| **w == ModelStaging::Stage).count();
+        assert!(staged <= 4, "{ways:?}");
+        let first = r.model_staging[0]
+            .cost_ms
+            .expect("the first save was measured");
+        assert!(
+            (40.0..60.0).contains(&first),
+            "{first} ms for two steps 20 ms slower"
+        );
     }
 
     #[test]

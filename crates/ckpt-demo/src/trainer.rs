@@ -32,7 +32,7 @@ use ckpt_burn::{
 };
 use ckpt_core::{
     Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
-    SaveTarget, SessionConfig, SessionReport, Submitted,
+    SaveTarget, SessionConfig, SessionReport, StagingPolicy, Submitted,
 };
 pub use ckpt_core::{FailedSave, SaveErrorPolicy, SaveRecord, StopOutcome, StopReport};
 use serde::Serialize;
@@ -129,6 +129,10 @@ pub struct DemoConfig {
     /// When a save on a device backend reads the optimizer's state to host memory: inside the
     /// save call or on the staging helper after it (see [`ckpt_burn::OptimizerRead`]).
     pub optimizer_read: OptimizerRead,
+    /// How a background save on Flex takes the model off the training state: staged by a
+    /// helper, held for the writer, or whichever measurably costs training less (the default;
+    /// see [`ckpt_core::StagingChooser`]). On a device backend the model is always staged.
+    pub model_staging: StagingPolicy,
     /// Upload every published checkpoint to this object-store prefix (`s3://bucket/prefix`,
     /// feature `remote`); a resume falls back to it when no local checkpoint is as new.
     pub upload_to: Option<String>,
@@ -167,6 +171,7 @@ impl DemoConfig {
             snapshot_budget: None,
             update_wait: UpdateWait::default(),
             optimizer_read: OptimizerRead::default(),
+            model_staging: StagingPolicy::default(),
             upload_to: None,
             upload_keep_last: None,
             upload_max_mbps: None,
@@ -192,7 +197,8 @@ impl DemoConfig {
         let mut s = SessionConfig::new(self.policy())
             .end_step(self.steps)
             .on_save_error(self.on_save_error)
-            .memory_budget(self.snapshot_budget);
+            .memory_budget(self.snapshot_budget)
+            .model_staging(self.model_staging);
         s.stop = self.stop.clone();
         s.grace_period = self.grace_period;
         CheckpointSession::new(s)
@@ -268,6 +274,9 @@ pub struct DemoReport {
     /// The training time checkpoints cost (stalls, slower steps after each save, the final
     /// wait), as the session measured it.
     pub lost: ckpt_core::LostTime,
+    /// On Flex, each background save's model staging (staged or held) and what it cost
+    /// training as measured (`--model-staging`).
+    pub model_staging: Vec<ckpt_core::StagingRecord>,
     /// This process's direct-I/O counters at the end of the run: reused write buffers and the
     /// bytes written past the page cache.
     pub direct_io: ckpt_core::DirectIoStats,
@@ -334,6 +343,7 @@ impl DemoReport {
         self.interval = s.interval;
         self.stopped = s.stopped;
         self.lost = s.lost;
+        self.model_staging = s.model_staging;
         self.direct_io = ckpt_core::direct_io_stats();
     }
 }
@@ -492,7 +502,7 @@ fn device_in_use(device: &Device) -> Option<u64> {
 fn capture(
     target: &mut Target,
     gate: &mut ckpt_core::MemoryGate,
-    (mode, read): (SaveMode, OptimizerRead),
+    (mode, read, host): (SaveMode, OptimizerRead, bool),
     state: (&Mlp, &ModuleOptimizer, &ModuleLrScheduler),
     trainer: &TrainerState,
 ) -> Result<Submitted> {
@@ -515,6 +525,12 @@ fn capture(
             let model_bytes = frozen.model_bytes();
             let optim_bytes = gate.previous_bytes().map(|b| b.saturating_sub(model_bytes));
             let route = gate.route(frozen.memory(optim_bytes), trainer.step);
+            // Staged or held, where that choice exists: a background save of host memory.
+            let frozen = if host && route == SaveRoute::Background {
+                frozen.with_model_staging(gate.model_staging(trainer.step))
+            } else {
+                frozen
+            };
             let outcome = e.submit(frozen.into_snapshot_waited(gate.wait_limit(), optim_bytes))?;
             Ok(Submitted { outcome, route })
         }
@@ -608,6 +624,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut final_step = cfg.steps.max(start);
     let mut saved_before: Option<(u64, Option<u64>)> = None;
     let wait_before_update = cfg.update_wait.applies_to(&device);
+    let host = cfg.backend == Backend::Flex;
     if cfg.checkpointing()
         && let Some(at_capture) = cfg.optimizer_read.on(&device)
     {
@@ -666,7 +683,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                 capture(
                     t,
                     gate,
-                    (cfg.save_mode, cfg.optimizer_read),
+                    (cfg.save_mode, cfg.optimizer_read, host),
                     (&model, &optim, &sched),
                     &trainer,
                 )

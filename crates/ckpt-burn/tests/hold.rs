@@ -1,0 +1,76 @@
+//! A background save told to hold the model ([`ModelStaging::Hold`]) on host memory keeps the
+//! model's handles for the writer instead of staging them, and still writes the captured step
+//! when training updates the model before the writer reads it (the update copies on write).
+//!
+//! One test in this binary: it reads the process-wide [`pinned_state_bytes`] counter, which
+//! another test's snapshots would move.
+
+use std::time::Duration;
+
+use ckpt_burn::{
+    FrozenState, MODEL_FILE, ModelStaging, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE,
+    pinned_state_bytes, wait_pinned_at_most,
+};
+use ckpt_core::{Engine, EngineConfig, checkpoint_dir_name};
+use ckpt_demo::perf::{StateSize, TrainState};
+
+#[test]
+fn a_held_model_is_written_as_captured_after_training_moved_on() {
+    let mut st = TrainState::new(StateSize {
+        label: "tiny",
+        hidden: 64,
+        layers: 3,
+    })
+    .unwrap();
+    st.train_step();
+    let step = st.step;
+    let freeze =
+        |st: &TrainState| FrozenState::capture(&st.model, &st.optim, &st.sched, st.trainer());
+    let want = freeze(&st).encode().unwrap();
+
+    let frozen = freeze(&st).with_model_staging(ModelStaging::Hold);
+    let model_bytes = frozen.model_bytes();
+    let snapshot = frozen.into_snapshot();
+
+    // The persist thread is held at its first file, so nothing is written yet. The staging
+    // helper takes the optimizer's record and gives its handles back; the model's stay held.
+    let root = tempfile::tempdir().unwrap();
+    let (mut engine, _) = Engine::open(EngineConfig::new(root.path())).unwrap();
+    fail::cfg(ckpt_core::failpoints::WRITE_PART, "pause").unwrap();
+    engine.submit(snapshot).unwrap();
+    let w = wait_pinned_at_most(model_bytes, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(300));
+    let held = pinned_state_bytes();
+
+    // The trainer moves on before the writer has read the model: the update copies on write.
+    for _ in 0..3 {
+        st.train_step();
+    }
+    // Released before any assertion: a failure must not leave the persist thread paused (the
+    // engine's drop would wait for it forever).
+    fail::remove(ckpt_core::failpoints::WRITE_PART);
+    assert!(!w.timed_out, "the optimizer's handles were not released");
+    assert_eq!(
+        held, model_bytes,
+        "the snapshot should hold exactly the model's handles for the writer"
+    );
+    let later = freeze(&st).encode().unwrap();
+    assert_ne!(later.model, want.model, "training did not move the model");
+
+    engine.wait_idle().unwrap();
+    let dir = root.path().join(checkpoint_dir_name(step));
+    for (file, bytes) in [
+        (MODEL_FILE, &want.model),
+        (OPTIM_FILE, &want.optim),
+        (SCHEDULER_FILE, &want.scheduler),
+        (TRAINER_FILE, &want.trainer),
+    ] {
+        let got = std::fs::read(dir.join(file)).unwrap();
+        assert!(&got == bytes, "{file} is not the step-{step} state");
+    }
+    assert_eq!(
+        pinned_state_bytes(),
+        0,
+        "the writer released the held model"
+    );
+}
