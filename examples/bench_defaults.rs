@@ -350,7 +350,12 @@ struct SizeResult {
     budgets: Vec<(f64, Run)>,
     /// At 1gb: no checkpoints, ours and Burn's again with `--huge-pages off`.
     small_pages: Option<[Run; 3]>,
+    /// At 100mb and 1gb: ours with `--model-staging stage` and `--model-staging hold`.
+    staging: Option<[Run; 2]>,
 }
+
+/// The sizes at which ours also runs with each model staging fixed.
+const STAGING_SIZES: [&str; 2] = ["100mb", "1gb"];
 
 impl SizeResult {
     fn base_wall(&self) -> f64 {
@@ -439,6 +444,10 @@ fn main() -> Result<()> {
     };
     let with_budgets = shapes.iter().any(|s| s.label == "1gb");
     let total = shapes.len() as u64 * 4
+        + 2 * shapes
+            .iter()
+            .filter(|s| STAGING_SIZES.contains(&s.label))
+            .count() as u64
         + (cubecl_shapes.len() * CUBECL_RUNS.len()) as u64
         + if with_budgets {
             budgets.len() as u64 + 3
@@ -515,6 +524,19 @@ fn main() -> Result<()> {
         } else {
             None
         };
+        let staging = if STAGING_SIZES.contains(&shape.label) {
+            let with = |way: &str| {
+                let mut f = every.clone();
+                f.extend(["--model-staging".to_string(), way.to_string()]);
+                f
+            };
+            Some([
+                go("ours-stage", &with("stage"))?,
+                go("ours-hold", &with("hold"))?,
+            ])
+        } else {
+            None
+        };
         let floor_s = disk_floor(&dir, state)?;
         results.push(SizeResult {
             label: shape.label,
@@ -529,6 +551,7 @@ fn main() -> Result<()> {
             burn,
             budgets: budget_runs,
             small_pages,
+            staging,
         });
     }
     // A trainer without wgpu or a machine without Vulkan: said in the report, not fatal.
@@ -596,6 +619,7 @@ fn to_json(results: &[SizeResult]) -> Value {
                     "runs": [run(&s.base[0]), run(&s.ours), run(&s.burn), run(&s.base[1])],
                     "budgets": s.budgets.iter().map(|(f, r)| json!({"fraction": f, "run": run(r)})).collect::<Vec<_>>(),
                     "small_pages": s.small_pages.as_ref().map(|runs| runs.iter().map(run).collect::<Vec<_>>()),
+                    "staging": s.staging.as_ref().map(|runs| runs.iter().map(run).collect::<Vec<_>>()),
                 })
             })
             .collect(),
@@ -852,6 +876,8 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
         );
     }
     w(&mut o, "".into());
+    staging_section(&mut o, results);
+
     w(&mut o, "Known causes (profiles and timings in [`HISTORY.md`](HISTORY.md)): on this 2-core machine training uses both cores, so the background save's CPU is taken from training almost one for one. A save's CPU is copies into fresh memory: Burn 0.22.1's `ModuleOptimizer::to_record` copies every moment out, its `OptimizerRecord::into_bytes` moves that copy into one buffer, and the staging thread copies the model's tensors out. Burn allocates all three buffers, so the library cannot hand them reused memory (an allocator that kept the freed `into_bytes` buffer for the next save halved the final wait at 1gb but raised the peak extra RSS by 0.4-0.6x the state: tried, not kept), and on this VM most of such a copy is the fresh memory's page faults (`exc_page_fault` was 39 % of the staging thread's samples). The trainer's allocator backs large blocks with transparent huge pages (next section): with it `to_record` of the 1gb state's moments (672 MB) took 0.29 s instead of 0.58 s in a process that had freed memory before (the first call in a process: 1.0 s against 1.4 s), but inside the trainer each of `to_record` and `into_bytes` still took 0.8-1.6 s per save at 1gb (`RUST_LOG=ckpt_burn=debug`). Burn's own checkpointer makes the same `to_record` copy on the training thread (its stall) and afterwards only writes; our last save runs `to_record`, `into_bytes` and the optimizer's write one after the other after the last step, so our final wait is longer than Burn's. While training goes on our saves cost less than Burn's, but their copies' CPU is still taken from training, mostly in the step after each save (at 1gb that step ran 1.2-1.6 s longer than the same step without checkpoints in hand runs). Writing costs little CPU: full chunks go to the disk with direct I/O from reused buffers.\n".into());
     if let Some(s) = results.iter().find(|s| s.small_pages.is_some())
         && let Some([none, ours, burn]) = &s.small_pages
@@ -1092,4 +1118,58 @@ fn cubecl_samples(r: &Run, state: f64) -> (String, f64, f64, usize) {
         ));
     }
     (o, held_max, extra_max, samples.len())
+}
+
+/// Each save's model staging under `--model-staging auto` (the default) with its measured cost,
+/// and, where run, ours with each staging fixed.
+fn staging_section(o: &mut String, results: &[SizeResult]) {
+    line(o, "## Staged or held (Flex)\n".into());
+    line(o, "On Flex a background save either copies the model's tensors out at once on its staging helper (*stage*) or keeps their handles for the writer (*hold*: an update before the write copies on write, and the writer then owns the old buffer, no copy). With `--model-staging auto` (the default) the session picks per save: the first stages, the second holds, later ones take the way whose newest saves cost training less, and every 8th retries the other. *Cost*: what the session measured for that save (its stall plus the excess over its baseline of the following steps until shortly after it was durable; the last save, with no following steps, shows 0 and its persist is the final wait). *Fixed*: lost per save (wall time over the mean of the baselines) of ours with the default, and with each way forced, in the same run.\n".into());
+    line(
+        o,
+        "| state | per save under `auto`: way (cost ms) | staged / held | lost/save auto ms | fixed stage ms | fixed hold ms |\n|---|---|---|---|---|---|".into(),
+    );
+    for s in results {
+        let picks = s.ours.report["model_staging"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let cells: Vec<String> = picks
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} ({})",
+                    p["staging"].as_str().unwrap_or("?"),
+                    p["cost_ms"].as_f64().map_or("-".into(), num)
+                )
+            })
+            .collect();
+        let count = |way: &str| picks.iter().filter(|p| p["staging"] == way).count();
+        let base = s.base_wall();
+        let fixed = |i: usize| {
+            s.staging
+                .as_ref()
+                .map_or("not run".into(), |r| num(r[i].lost_per_save(base) * 1e3))
+        };
+        line(
+            o,
+            format!(
+                "| {} | {} | {} / {} | {} | {} | {} |",
+                s.label,
+                cells.join(", "),
+                count("stage"),
+                count("hold"),
+                num(s.ours.lost_per_save(base) * 1e3),
+                fixed(0),
+                fixed(1),
+            ),
+        );
+    }
+    line(o, "".into());
+}
+
+/// Appends `s` and a newline to `o`.
+fn line(o: &mut String, s: String) {
+    o.push_str(&s);
+    o.push('\n');
 }
