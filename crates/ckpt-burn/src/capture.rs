@@ -900,7 +900,10 @@ impl<M: Module + 'static> FrozenState<M> {
         // devices or none, else whether it is device memory.
         let on_device = device.as_ref().map(crate::pinned::holds_device_memory);
         let host = on_device == Some(false);
-        let stage_model = !waited_for_model && !(host && model_staging == ModelStaging::Hold);
+        // A held model (host memory, Hold) is written from its handles; otherwise it is staged,
+        // unless the trainer already waited for it.
+        let held = host && model_staging == ModelStaging::Hold;
+        let stage_model = !(waited_for_model || held);
         // `on_device` already asked the backend whether it holds device memory.
         let read_now = on_device == Some(true)
             && device
