@@ -1124,7 +1124,7 @@ fn cubecl_samples(r: &Run, state: f64) -> (String, f64, f64, usize) {
 /// and, where run, ours with each staging fixed.
 fn staging_section(o: &mut String, results: &[SizeResult]) {
     line(o, "## Staged or held (Flex)\n".into());
-    line(o, "On Flex a background save either copies the model's tensors out at once on its staging helper (*stage*) or keeps their handles for the writer (*hold*: an update before the write copies on write, and the writer then owns the old buffer, no copy). With `--model-staging auto` (the default) the session picks per save: the first stages, the second holds, later ones take the way whose newest saves cost training less, and every 8th retries the other. *Cost*: what the session measured for that save (its stall plus the excess over its baseline of the following steps until shortly after it was durable; the last save, with no following steps, shows 0 and its persist is the final wait). *Fixed*: lost per save (wall time over the mean of the baselines) of ours with the default, and with each way forced, in the same run.\n".into());
+    line(o, "On Flex a background save either copies the model's tensors out at once on its staging helper (*stage*) or keeps their handles for the writer (*hold*: an update before the write copies on write, and the writer then owns the old buffer, no copy). With `--model-staging auto` (the default) the session picks per save: the first stages as a warm-up whose cost is not counted (marked *warm-up*; binaries before that change counted it), the next stages and the one after holds, later ones take the way whose newest saves cost training less, and every 8th retries the other. *Cost*: what the session measured for that save (its stall plus the excess over its baseline of the following steps until shortly after it was durable; the last save, with no following steps, shows 0 and its persist is the final wait). *Fixed*: lost per save (wall time over the mean of the baselines) of ours with the default, and with each way forced, in the same run.\n".into());
     line(
         o,
         "| state | per save under `auto`: way (cost ms) | staged / held | lost/save auto ms | fixed stage ms | fixed hold ms |\n|---|---|---|---|---|---|".into(),
@@ -1138,9 +1138,14 @@ fn staging_section(o: &mut String, results: &[SizeResult]) {
             .iter()
             .map(|p| {
                 format!(
-                    "{} ({})",
+                    "{} ({}{})",
                     p["staging"].as_str().unwrap_or("?"),
-                    p["cost_ms"].as_f64().map_or("-".into(), num)
+                    p["cost_ms"].as_f64().map_or("-".into(), num),
+                    if p["counted"] == false {
+                        ", warm-up"
+                    } else {
+                        ""
+                    }
                 )
             })
             .collect();

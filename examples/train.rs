@@ -115,8 +115,9 @@ enum OptimizerReadArg {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ModelStagingArg {
-    /// Whichever loses less training time, measured per save (the first save stages, the
-    /// second holds, later ones take the cheaper and retry the other now and then).
+    /// Whichever loses less training time, measured per save (the first save stages as an
+    /// uncounted warm-up, the second stages and the third holds, later ones take the cheaper
+    /// and retry the other now and then).
     Auto,
     /// A helper copies the model's tensors out at once; the next update writes in place.
     Stage,

@@ -10,8 +10,11 @@
 //!   writing in place.
 //!
 //! Which loses less training time depends on the machine, the model and the step time, so the
-//! [`StagingChooser`] measures it: the first save stages, the second holds, later saves take
-//! the cheaper of the two by the median cost of their newest saves, and every
+//! [`StagingChooser`] measures it: the run's first save stages as a warm-up whose cost is not
+//! counted (the first save in a process pays for its first touch of fresh memory whichever way
+//! it goes: in hand runs at 1 GB it cost 1.1-1.4x the next one with either way fixed, which
+//! made the way tried first look dearer), the second stages and the third holds, both measured,
+//! later saves take the cheaper of the two by the median cost of their newest saves, and every
 //! [`StagingChooser::REPROBE_EVERY`] saves the other way is tried once again, so a change in the
 //! run (another job on the machine, a larger batch) is followed. Costs are the frequency
 //! controller's: a save's stall plus the excess over the baseline of the steps until shortly
@@ -61,14 +64,25 @@ pub struct StagingRecord {
     pub staging: ModelStaging,
     /// Its stall plus the excess of the following steps, in ms (`None`: not measured).
     pub cost_ms: Option<f64>,
+    /// Whether its cost counts in the choice (`false` for the warm-up save).
+    pub counted: bool,
+}
+
+/// A save picked by a [`StagingChooser`]: its way, measured cost in seconds, and whether that
+/// cost counts in the choice.
+#[derive(Debug, Clone, Copy)]
+struct Picked {
+    staging: ModelStaging,
+    cost: Option<f64>,
+    counted: bool,
 }
 
 /// Picks each save's [`ModelStaging`] under a [`StagingPolicy`] and keeps what each cost.
 #[derive(Debug, Clone, Default)]
 pub struct StagingChooser {
     policy: StagingPolicy,
-    /// Each save's staging and measured cost in seconds, by step.
-    saves: BTreeMap<u64, (ModelStaging, Option<f64>)>,
+    /// Each save picked here, by step.
+    saves: BTreeMap<u64, Picked>,
     /// Measured picks made so far (the re-probe count).
     picks: u64,
 }
@@ -78,6 +92,8 @@ impl StagingChooser {
     pub const REPROBE_EVERY: u64 = 8;
     /// Newest measured saves per way whose median cost decides.
     const SAMPLES: usize = 3;
+    /// The run's first saves under [`StagingPolicy::Measured`], staged and not counted.
+    pub const WARMUP: u64 = 1;
     /// Saves kept for the report.
     const KEPT: usize = 256;
 
@@ -98,20 +114,20 @@ impl StagingChooser {
     /// replace earlier ones: a cost is remeasured while the save's window is still recent).
     pub fn observe(&mut self, costs: impl IntoIterator<Item = (u64, f64)>) {
         for (step, cost) in costs {
-            if let Some((_, c)) = self.saves.get_mut(&step) {
-                *c = Some(cost);
+            if let Some(p) = self.saves.get_mut(&step) {
+                p.cost = Some(cost);
             }
         }
     }
 
     /// The median cost in seconds of the newest measured saves that used `staging`, and how
-    /// many were measured in all.
+    /// many were measured in all (warm-up saves left out).
     pub fn measured(&self, staging: ModelStaging) -> (Option<f64>, usize) {
         let mut costs: Vec<f64> = self
             .saves
             .values()
-            .filter(|(s, _)| *s == staging)
-            .filter_map(|(_, c)| *c)
+            .filter(|p| p.counted && p.staging == staging)
+            .filter_map(|p| p.cost)
             .collect();
         let n = costs.len();
         let mut newest = costs.split_off(n.saturating_sub(Self::SAMPLES));
@@ -120,16 +136,29 @@ impl StagingChooser {
     }
 
     fn tried(&self, staging: ModelStaging) -> bool {
-        self.saves.values().any(|(s, _)| *s == staging)
+        self.saves
+            .values()
+            .any(|p| p.counted && p.staging == staging)
     }
 
     /// The staging for the save of `step`, recorded so that its cost can be attributed.
     pub fn pick(&mut self, step: u64) -> ModelStaging {
-        let staging = match self.policy {
-            StagingPolicy::Fixed(s) => s,
-            StagingPolicy::Measured => self.measured_pick(),
+        let (staging, counted) = match self.policy {
+            StagingPolicy::Fixed(s) => (s, true),
+            StagingPolicy::Measured if self.picks < Self::WARMUP => {
+                self.picks += 1;
+                (ModelStaging::Stage, false)
+            }
+            StagingPolicy::Measured => (self.measured_pick(), true),
         };
-        self.saves.insert(step, (staging, None));
+        self.saves.insert(
+            step,
+            Picked {
+                staging,
+                cost: None,
+                counted,
+            },
+        );
         while self.saves.len() > Self::KEPT {
             self.saves.pop_first();
         }
@@ -165,10 +194,11 @@ impl StagingChooser {
     pub fn records(&self) -> Vec<StagingRecord> {
         self.saves
             .iter()
-            .map(|(&step, &(staging, cost))| StagingRecord {
+            .map(|(&step, p)| StagingRecord {
                 step,
-                staging,
-                cost_ms: cost.map(|c| c * 1e3),
+                staging: p.staging,
+                cost_ms: p.cost.map(|c| c * 1e3),
+                counted: p.counted,
             })
             .collect()
     }
@@ -198,11 +228,11 @@ mod tests {
         let mut c = StagingChooser::new(StagingPolicy::Measured);
         run(&mut c, 17, |_, s| if s == Hold { 0.2 } else { 0.5 });
         let p = picks(&c);
-        assert_eq!(&p[..3], &[Stage, Hold, Hold]);
-        // Picks 8 and 16 re-probe staging; every other pick after the first two holds.
+        assert_eq!(&p[..4], &[Stage, Stage, Hold, Hold]);
+        // A warm-up save, one of each way, then holding; picks 8 and 16 re-probe staging.
         for (i, s) in p.iter().enumerate() {
-            let want = if i < 2 {
-                [Stage, Hold][i]
+            let want = if i < 3 {
+                [Stage, Stage, Hold][i]
             } else if (i + 1) % 8 == 0 {
                 Stage
             } else {
@@ -210,7 +240,24 @@ mod tests {
             };
             assert_eq!(*s, want, "pick {}", i + 1);
         }
-        assert_eq!(c.measured(Hold), (Some(0.2), 14));
+        assert_eq!(c.measured(Hold), (Some(0.2), 13));
+        assert!(!c.records()[0].counted && c.records()[1].counted);
+    }
+
+    /// The run's first save costs more whichever way it goes (fresh memory); counted, it
+    /// would make the way tried first look dearer and the other be kept.
+    #[test]
+    fn the_warm_up_save_does_not_count() {
+        let mut c = StagingChooser::new(StagingPolicy::Measured);
+        run(&mut c, 8, |step, s| match (step, s) {
+            (10, _) => 5.0,
+            (_, Stage) => 0.2,
+            (_, Hold) => 0.4,
+        });
+        let p = picks(&c);
+        assert_eq!(&p[..3], &[Stage, Stage, Hold]);
+        assert!(p[3..7].iter().all(|s| *s == Stage), "{p:?}");
+        assert_eq!(c.measured(Stage), (Some(0.2), 5));
     }
 
     #[test]
@@ -222,7 +269,7 @@ mod tests {
             _ => 1.0,
         });
         let p = picks(&c);
-        assert_eq!(p[2], Hold);
+        assert_eq!(p[3], Hold);
         assert!(
             p[30..].iter().filter(|s| **s == Stage).count() >= 8,
             "still holding after the change: {p:?}"
@@ -233,14 +280,16 @@ mod tests {
     fn an_unmeasured_way_is_not_preferred_and_fixed_policies_are_kept() {
         let mut c = StagingChooser::new(StagingPolicy::Measured);
         assert_eq!(c.pick(10), Stage);
-        assert_eq!(c.pick(20), Hold);
+        assert_eq!(c.pick(20), Stage);
+        assert_eq!(c.pick(30), Hold);
         // Only staging's cost arrived.
-        c.observe([(10, 0.3), (999, 0.0)]);
-        assert_eq!(c.pick(30), Stage);
-        assert_eq!(c.records()[0].cost_ms, Some(300.0));
+        c.observe([(20, 0.3), (999, 0.0)]);
+        assert_eq!(c.pick(40), Stage);
+        assert_eq!(c.records()[1].cost_ms, Some(300.0));
 
         let mut fixed = StagingChooser::new(StagingPolicy::Fixed(Hold));
         run(&mut fixed, 20, |_, s| if s == Hold { 1.0 } else { 0.0 });
         assert!(picks(&fixed).iter().all(|s| *s == Hold));
+        assert!(fixed.records().iter().all(|r| r.counted));
     }
 }
