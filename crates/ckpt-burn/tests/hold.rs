@@ -5,27 +5,18 @@
 //! One test in this binary: it reads the process-wide [`pinned_state_bytes`] counter, which
 //! another test's snapshots would move.
 
+mod common;
+
 use std::time::Duration;
 
-use ckpt_burn::{
-    FrozenState, MODEL_FILE, ModelStaging, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE,
-    pinned_state_bytes, wait_pinned_at_most,
-};
-use ckpt_core::{Engine, EngineConfig, checkpoint_dir_name};
-use ckpt_demo::perf::{StateSize, TrainState};
+use ckpt_burn::{ModelStaging, pinned_state_bytes, wait_pinned_at_most};
+use ckpt_core::{Engine, EngineConfig};
+use common::{assert_checkpoint_is, freeze, trained_tiny};
 
 #[test]
 fn a_held_model_is_written_as_captured_after_training_moved_on() {
-    let mut st = TrainState::new(StateSize {
-        label: "tiny",
-        hidden: 64,
-        layers: 3,
-    })
-    .unwrap();
-    st.train_step();
+    let mut st = trained_tiny();
     let step = st.step;
-    let freeze =
-        |st: &TrainState| FrozenState::capture(&st.model, &st.optim, &st.sched, st.trainer());
     let want = freeze(&st).encode().unwrap();
 
     let frozen = freeze(&st).with_model_staging(ModelStaging::Hold);
@@ -58,16 +49,7 @@ fn a_held_model_is_written_as_captured_after_training_moved_on() {
     assert_ne!(later.model, want.model, "training did not move the model");
 
     engine.wait_idle().unwrap();
-    let dir = root.path().join(checkpoint_dir_name(step));
-    for (file, bytes) in [
-        (MODEL_FILE, &want.model),
-        (OPTIM_FILE, &want.optim),
-        (SCHEDULER_FILE, &want.scheduler),
-        (TRAINER_FILE, &want.trainer),
-    ] {
-        let got = std::fs::read(dir.join(file)).unwrap();
-        assert!(&got == bytes, "{file} is not the step-{step} state");
-    }
+    assert_checkpoint_is(root.path(), step, &want);
     assert_eq!(
         pinned_state_bytes(),
         0,

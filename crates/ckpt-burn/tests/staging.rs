@@ -6,27 +6,18 @@
 //! One test in this binary: it reads the process-wide [`pinned_state_bytes`] counter, which
 //! another test's snapshots would move.
 
+mod common;
+
 use std::time::Duration;
 
-use ckpt_burn::{
-    FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, pinned_state_bytes,
-    wait_pinned_at_most,
-};
-use ckpt_core::{Engine, EngineConfig, checkpoint_dir_name};
-use ckpt_demo::perf::{StateSize, TrainState};
+use ckpt_burn::{pinned_state_bytes, wait_pinned_at_most};
+use ckpt_core::{Engine, EngineConfig};
+use common::{assert_checkpoint_is, freeze, trained_tiny};
 
 #[test]
 fn staging_releases_the_state_before_the_persist_and_still_writes_the_captured_step() {
-    let mut st = TrainState::new(StateSize {
-        label: "tiny",
-        hidden: 64,
-        layers: 3,
-    })
-    .unwrap();
-    st.train_step();
+    let mut st = trained_tiny();
     let step = st.step;
-    let freeze =
-        |st: &TrainState| FrozenState::capture(&st.model, &st.optim, &st.sched, st.trainer());
     let want = freeze(&st).encode().unwrap();
     assert_eq!(pinned_state_bytes(), 0, "a blocking encode pins nothing");
 
@@ -70,15 +61,6 @@ fn staging_releases_the_state_before_the_persist_and_still_writes_the_captured_s
     );
 
     engine.wait_idle().unwrap();
-    let dir = root.path().join(checkpoint_dir_name(step));
-    for (file, bytes) in [
-        (MODEL_FILE, &want.model),
-        (OPTIM_FILE, &want.optim),
-        (SCHEDULER_FILE, &want.scheduler),
-        (TRAINER_FILE, &want.trainer),
-    ] {
-        let got = std::fs::read(dir.join(file)).unwrap();
-        assert!(&got == bytes, "{file} is not the step-{step} state");
-    }
+    assert_checkpoint_is(root.path(), step, &want);
     assert_eq!(pinned_state_bytes(), 0);
 }
