@@ -83,7 +83,8 @@ pub struct StagingChooser {
     policy: StagingPolicy,
     /// Each save picked here, by step.
     saves: BTreeMap<u64, Picked>,
-    /// Measured picks made so far (the re-probe count).
+    /// Picks made under [`StagingPolicy::Measured`] so far, the warm-up included (what
+    /// decides the warm-up and the re-probes).
     picks: u64,
 }
 
