@@ -215,9 +215,10 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     max_in_flight: usize,
     /// Extra memory a save may take, in MiB, or `auto`: half of the memory available at
-    /// start. A save whose background peak (held state plus Burn's optimizer record) would
-    /// exceed it still persists in the background, but training waits after submitting it
-    /// until what it still holds fits. 0: no limit.
+    /// start. A save whose background peak (held state plus Burn's optimizer record, plus the
+    /// copy of that record Burn's encoding makes for a moment) would exceed it still persists
+    /// in the background, but training waits after submitting it until what it still holds
+    /// leaves room for that copy. 0: no limit.
     #[arg(long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_budget)]
     snapshot_budget_mb: Budget,
     /// Before each optimizer update, wait until the saves' staging has copied the state out

@@ -30,10 +30,12 @@
 //!
 //! Encoding streams ([`crate::pack::write_pack`]): the model's tensors are written one at a
 //! time and each staged copy is freed once written; the optimizer record (Burn's only public
-//! view of optimizer state, which it materializes whole) is encoded once (`into_bytes`, which
-//! frees the record tensor by tensor as it fills its buffer) and streamed out in the canonical
-//! name-sorted layout. A save's memory is therefore about one copy of the state: the model's
-//! staged tensors not yet written plus the optimizer record.
+//! view of optimizer state, which it materializes whole) is encoded once (`into_bytes`) and
+//! streamed out in the canonical name-sorted layout. A save holds about one copy of the state:
+//! the model's staged tensors not yet written plus the optimizer record. Burn 0.22.1's
+//! `into_bytes` needs the record's size once more for a moment: it frees the record tensor by
+//! tensor as it fills its buffer, then copies that buffer into an aligned one (see
+//! [`save_memory`], whose `transient` counts it).
 
 use std::{io::Write, path::PathBuf, time::Instant};
 
@@ -695,17 +697,22 @@ pub fn encode_scheduler(record: LrSchedulerRecord) -> Result<Vec<u8>> {
 pub fn save_memory(model: u64, optim_bytes: Option<u64>) -> SaveMemory {
     let optim = optim_bytes.unwrap_or(2 * model);
     SaveMemory {
-        // The staging helper copies the model's tensors out and releases their handles, then
-        // takes Burn's record of the moments (`to_record` copies them out) and releases the
-        // optimizer's handles; `into_bytes` frees the record tensor by tensor as it fills its
-        // buffer. One copy of the state at most, freed as it is written; more only when an
-        // update runs before the helper got to a tensor (it is then copied on write).
+        // The staging helper takes Burn's record of the moments (`to_record` copies them out)
+        // and releases the optimizer's handles, and copies the model's tensors out (or, held,
+        // an update copies them on write). One copy of the state at most, each part freed as it
+        // is written; more only when an update runs before the helper got to a tensor.
         background: model + optim,
         // While the trainer waits nothing is replaced, and a snapshot made for that
         // ([`FrozenState::into_snapshot_waited`]) copies the model's tensors out one at a time as
         // they are written; the optimizer record is materialized whole whatever the route:
         // Burn's API has no smaller view of it.
         blocking: optim,
+        // `OptimizerRecord::into_bytes` fills one buffer as it frees the record, then copies
+        // that buffer once more: burn-pack's `Writer::into_bytes` hands its `Vec<u8>` to
+        // `Bytes::from_bytes_vec`, which in cubecl 0.11 re-allocates every `Vec<u8>` to a
+        // 16-byte alignment (it checks the layout's alignment, 1, not the pointer's). For a
+        // moment the record's bytes are in memory twice.
+        transient: optim,
     }
 }
 

@@ -170,14 +170,21 @@ pub struct SaveMemory {
     pub background: u64,
     /// Held while the trainer waits (nothing is copied on write then): the least any route
     /// holds, such as a record the save must materialize whole. A throttled save waits until
-    /// what is held fits the larger of the budget and this.
+    /// what is held fits the larger of the budget (less [`Self::transient`]) and this.
     pub blocking: u64,
+    /// Needed only for a moment beside what is held, by the save's own encoding, whatever the
+    /// route: waiting cannot avoid it. With Burn 0.22.1, `OptimizerRecord::into_bytes` copies
+    /// the encoded record into a second buffer of its size before the first is freed. Part of
+    /// the save's peak, so the budget leaves room for it.
+    pub transient: u64,
 }
 
-/// Routes saves by a memory budget: a save goes to the background when its peak, plus what
-/// the saves still in flight hold, fits; otherwise it is [`SaveRoute::Throttled`]: still
-/// persisted in the background, but training waits after the submit until what is held fits
-/// the budget (about the time to persist the excess). The first such save is a warning.
+/// Routes saves by a memory budget: a save goes to the background when its peak (what it
+/// holds plus its encoding's [`SaveMemory::transient`]), plus what the saves still in flight
+/// hold, fits; otherwise it is [`SaveRoute::Throttled`]: still persisted in the background,
+/// but training waits after the submit until what is held leaves room for the transient
+/// within the budget (about the time to persist the excess). The first such save is a
+/// warning.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryGate {
     budget: Option<u64>,
@@ -235,39 +242,47 @@ impl MemoryGate {
             .held_now
             .unwrap_or(self.in_flight as u64 * self.held_per_save);
         self.held_per_save = need.background;
-        if held.saturating_add(need.background) <= budget {
+        let peak = held
+            .saturating_add(need.background)
+            .saturating_add(need.transient);
+        if peak <= budget {
             return SaveRoute::Background;
         }
         self.fallbacks += 1;
-        // Waiting longer than until the save holds only what it cannot do without would keep
-        // training idle without saving memory.
-        self.wait_limit = Some(budget.max(need.blocking));
+        // Until what is held leaves room for the encoding's transient copy; but waiting longer
+        // than until the save holds only what it cannot do without would keep training idle
+        // without saving memory.
+        self.wait_limit = Some(budget.saturating_sub(need.transient).max(need.blocking));
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         // Said once; the report lists every such save, and the session sums them up.
         if self.fallbacks == 1 {
             tracing::warn!(
                 step,
-                "a background save would hold {:.0} MiB (plus {:.0} MiB held by saves in \
-                 flight), over the snapshot memory budget of {:.0} MiB: after submitting it, \
-                 training waits until what it still holds fits the budget (or the save's own \
-                 floor, where that is more)",
+                "a background save would hold {:.0} MiB and need {:.0} MiB more for a moment \
+                 while it encodes (plus {:.0} MiB held by saves in flight), over the snapshot \
+                 memory budget of {:.0} MiB: after submitting it, training waits until what it \
+                 still holds leaves room for that within the budget (or the save's own floor, \
+                 where that is more)",
                 mib(need.background),
+                mib(need.transient),
                 mib(held),
                 mib(budget)
             );
             // Waiting stops training from copying what the save holds, not the save's own
             // encoding buffers: a budget below them is exceeded whatever training does.
-            if need.blocking > budget {
+            let floor = need.blocking.saturating_add(need.transient);
+            if floor > budget {
                 tracing::warn!(
                     step,
-                    "even with training waiting, encoding this save takes about {:.0} MiB by \
-                     its own estimate (with Burn: the optimizer record is materialized whole), \
-                     more than the snapshot memory budget of {:.0} MiB: the budget will be \
-                     exceeded by about {:.0} MiB during each such save, and training waits \
-                     only until the save holds no more than that",
-                    mib(need.blocking),
+                    "even with training waiting, encoding this save takes about {:.0} MiB at \
+                     its peak by its own estimate (with Burn 0.22.1: the optimizer record is \
+                     materialized whole, and its encoding copies it once more), more than the \
+                     snapshot memory budget of {:.0} MiB: the budget will be exceeded by about \
+                     {:.0} MiB during each such save, and training waits only until the save \
+                     holds no more than it needs",
+                    mib(floor),
                     mib(budget),
-                    mib(need.blocking - budget)
+                    mib(floor - budget)
                 );
             }
         }
@@ -1037,6 +1052,7 @@ mod tests {
         let need = SaveMemory {
             background: 60,
             blocking: 40,
+            transient: 0,
         };
         assert_eq!(g.route(need, 1), SaveRoute::Background);
         g.in_flight = 1;
@@ -1060,20 +1076,54 @@ mod tests {
         let over = SaveMemory {
             background: 150,
             blocking: 40,
+            transient: 0,
         };
         assert_eq!(g.route(over, 1), SaveRoute::Throttled);
         assert_eq!(g.wait_limit(), Some(100), "the budget");
         let floor = SaveMemory {
             background: 150,
             blocking: 120,
+            transient: 0,
         };
         assert_eq!(g.route(floor, 2), SaveRoute::Throttled);
         assert_eq!(g.wait_limit(), Some(120), "the floor, over the budget");
         let fits = SaveMemory {
             background: 90,
             blocking: 40,
+            transient: 0,
         };
         assert_eq!(g.route(fits, 3), SaveRoute::Background);
         assert_eq!(g.wait_limit(), None);
+    }
+
+    #[test]
+    fn the_budget_leaves_room_for_the_encodings_transient_copy() {
+        let mut g = MemoryGate::new(Some(100));
+        // What it holds fits, but not with the copy its encoding makes for a moment.
+        let need = SaveMemory {
+            background: 80,
+            blocking: 30,
+            transient: 30,
+        };
+        assert_eq!(g.route(need, 1), SaveRoute::Throttled, "80 held + 30 > 100");
+        assert_eq!(
+            g.wait_limit(),
+            Some(70),
+            "training waits until the save holds no more than leaves room for the copy"
+        );
+        // Training waits only down to the save's own floor.
+        let floor = SaveMemory {
+            background: 80,
+            blocking: 50,
+            transient: 60,
+        };
+        assert_eq!(g.route(floor, 2), SaveRoute::Throttled);
+        assert_eq!(g.wait_limit(), Some(50));
+        let fits = SaveMemory {
+            background: 70,
+            blocking: 30,
+            transient: 30,
+        };
+        assert_eq!(g.route(fits, 3), SaveRoute::Background, "70 + 30 fits 100");
     }
 }

@@ -119,9 +119,10 @@ pub struct DemoConfig {
     pub max_in_flight: usize,
     /// What a save does when `max_in_flight` are already persisting.
     pub backpressure: Backpressure,
-    /// Extra memory (bytes) a save may take: saves whose background peak (held handle clones
-    /// plus Burn's optimizer record, see [`ckpt_burn::save_memory`]) would exceed it are written
-    /// while the trainer waits instead (`None`: no limit, every save in the background).
+    /// Extra memory (bytes) a save may take: a save whose background peak (held copies or
+    /// handles, Burn's optimizer record and the copy its encoding makes for a moment, see
+    /// [`ckpt_burn::save_memory`]) would exceed it is throttled: training waits after the
+    /// submit until what the save still holds leaves room within it (`None`: no limit).
     pub snapshot_budget: Option<u64>,
     /// Whether each optimizer update waits until the snapshots hold no more handles of the
     /// state (see [`ckpt_burn::UpdateWait`]; by default where they are device memory).
