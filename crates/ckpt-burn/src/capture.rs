@@ -446,6 +446,9 @@ struct Staging {
     state: std::sync::Mutex<StageState>,
     /// Whether it was handed to a staging thread (once).
     queued: std::sync::atomic::AtomicBool,
+    /// The job's [`StageJob::model_written`], opened when the writer asks for the record (it
+    /// writes the model part first, but a wait must never outlast that request).
+    model_written: Option<std::sync::Arc<ModelWritten>>,
 }
 
 /// What the helper is given: the model's slots, and the optimizer's handles with their pin or
@@ -459,6 +462,42 @@ struct StageJob {
     /// Whether to stage the model's tensors, or leave them to the writer (which draws each from
     /// its handle as it writes it) for a save the trainer waits on.
     stage_model: bool,
+    /// Where set, Burn's record is encoded only once the model part is written (or the writer
+    /// asks for the record): see [`StageJob::run`].
+    model_written: Option<std::sync::Arc<ModelWritten>>,
+}
+
+/// Opens once a save's model part is written (or dropped unwritten), or once the writer asks
+/// for the optimizer record, whichever comes first.
+#[derive(Default)]
+struct ModelWritten {
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl ModelWritten {
+    fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.opened.notify_all();
+    }
+
+    fn wait(&self) {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let _open = self
+            .opened
+            .wait_while(open, |open| !*open)
+            .unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// Opens a [`ModelWritten`] when dropped: held by the model part, so that it opens whether the
+/// part is written, fails, or is dropped without being written.
+struct OpenWhenDropped(std::sync::Arc<ModelWritten>);
+
+impl Drop for OpenWhenDropped {
+    fn drop(&mut self) {
+        self.0.open();
+    }
 }
 
 /// What a staging job produces: Burn's optimizer record, encoded.
@@ -487,6 +526,12 @@ impl StageJob {
     ///   would let the next update write in place into a buffer the record still has to read.
     /// - A record the save call already read and encoded ([`crate::OptimizerRead`]): only the
     ///   model is left to stage.
+    ///
+    /// Burn 0.22.1's `into_bytes` holds the record's bytes twice for a moment (see
+    /// [`save_memory`]). On host memory, while training goes on, it therefore waits until the
+    /// model part is written ([`StageJob::model_written`]): the staged model (or the old
+    /// buffers of a held one that an update copied on write) is freed by then, instead of
+    /// adding to that moment, the save's peak.
     fn run(self) -> StageResult {
         fail::fail_point!(STAGE_FAILPOINT);
         let StageJob {
@@ -494,6 +539,7 @@ impl StageJob {
             optim,
             host,
             stage_model,
+            model_written,
         } = self;
         let t0 = Instant::now();
         let optim = match optim {
@@ -516,7 +562,12 @@ impl StageJob {
         let t_model = t0.elapsed();
         let bytes = match optim {
             OptimState::Encoded(bytes) => bytes?,
-            OptimState::Recorded(record) => record.into_bytes()?,
+            OptimState::Recorded(record) => {
+                if let Some(written) = model_written {
+                    written.wait();
+                }
+                record.into_bytes()?
+            }
             OptimState::Held(optim, pin) => {
                 let bytes = encode_record(optim)?;
                 drop(pin);
@@ -554,6 +605,7 @@ fn encode_record(optim: ModuleOptimizer) -> std::result::Result<burn::tensor::By
 impl Staging {
     fn new(job: StageJob) -> Self {
         Self {
+            model_written: job.model_written.clone(),
             state: std::sync::Mutex::new(StageState::Waiting(job)),
             queued: std::sync::atomic::AtomicBool::new(false),
         }
@@ -592,6 +644,9 @@ impl Staging {
     /// The encoded optimizer record: the staging thread's, or staged and encoded now if that
     /// thread has not started on it.
     fn bytes(&self) -> StageResult {
+        if let Some(written) = &self.model_written {
+            written.open();
+        }
         let state = std::mem::replace(&mut *self.lock(), StageState::Taken);
         match state {
             StageState::Waiting(job) => job.run(),
@@ -933,17 +988,26 @@ impl<M: Module + 'static> FrozenState<M> {
             // On a device backend the model's reads are enqueued now, ahead of the next step.
             read_model_eagerly(&slots);
         }
+        // On host memory, while training goes on, Burn's record is encoded only once the model
+        // is written (see [`StageJob::run`]); a save the trainer waits for copies nothing on
+        // write, and its model is not staged.
+        let model_written =
+            (host && !waited_for_model).then(|| std::sync::Arc::new(ModelWritten::default()));
+        let written_mark = model_written.clone().map(OpenWhenDropped);
         let staging = std::sync::Arc::new(Staging::new(StageJob {
             slots,
             optim,
             host,
             stage_model,
+            model_written,
         }));
         let starter = staging.clone();
         let on_accepted = staging.clone();
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             starter.start();
-            write_entries(entries, sink).map(drop)
+            let written = write_entries(entries, sink).map(drop);
+            drop(written_mark);
+            written
         };
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             write_canonical_optimizer(staging.bytes()?, sink).map(drop)

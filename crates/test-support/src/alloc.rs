@@ -94,3 +94,94 @@ unsafe impl GlobalAlloc for Watchful {
         unsafe { System.dealloc(ptr, layout) }
     }
 }
+
+/// A global allocator that counts the bytes allocated and not yet freed, and the most there
+/// were at once since [`Counting::reset_peak`]: what a piece of code needs in memory at its
+/// peak, counted by size, not by the pages the kernel has handed out (a zeroed block counts
+/// whole at once, although its pages arrive as they are touched).
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOC: test_support::alloc::Counting = test_support::alloc::Counting::new();
+/// ```
+#[derive(Debug)]
+pub struct Counting {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Counting {
+    /// A counter at zero.
+    pub const fn new() -> Self {
+        Self {
+            live: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes allocated and not yet freed.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes allocated at once since the last [`Counting::reset_peak`].
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from what is allocated now.
+    pub fn reset_peak(&self) {
+        self.peak.store(self.live(), Ordering::Relaxed);
+    }
+
+    fn grew(&self, by: usize) {
+        let now = self.live.fetch_add(by, Ordering::Relaxed) + by;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn shrank(&self, by: usize) {
+        self.live.fetch_sub(by, Ordering::Relaxed);
+    }
+}
+
+impl Default for Counting {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same layout contract as ours.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            self.grew(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same layout contract as ours.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            self.grew(layout.size());
+        }
+        p
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            // Counted as the new block arriving before the old one leaves, as a moving
+            // reallocation does.
+            self.grew(new_size);
+            self.shrank(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) };
+        self.shrank(layout.size());
+    }
+}

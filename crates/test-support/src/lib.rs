@@ -1,7 +1,8 @@
 //! Test fixtures shared by the burn-ckpt crates' integration tests (a dev-dependency only).
 //!
 //! - [`alloc`]: [`alloc::Watchful`], a global allocator that records the largest allocation
-//!   and refuses absurd ones (hostile-input tests).
+//!   and refuses absurd ones (hostile-input tests); [`alloc::Counting`], one that counts the
+//!   bytes live at once (memory-peak tests).
 //! - [`fs`]: small filesystem helpers: checkpoint directories, leftover temporary entries,
 //!   flipping a byte of a file.
 //! - [`s3`]: a real S3-compatible server (`moto_server`) started by the tests, and a proxy
