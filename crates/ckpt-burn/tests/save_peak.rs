@@ -5,9 +5,13 @@
 //!
 //! One test in this binary: it counts every allocation of the process.
 
-use ckpt_burn::FrozenState;
+// Only `freeze` of the shared helpers is used here.
+#[allow(dead_code)]
+mod common;
+
 use ckpt_core::{Engine, EngineConfig};
 use ckpt_demo::perf::{StateSize, TrainState};
+use common::freeze;
 
 #[global_allocator]
 static ALLOC: test_support::alloc::Counting = test_support::alloc::Counting::new();
@@ -21,8 +25,6 @@ fn the_record_is_encoded_only_once_the_staged_model_is_written() {
     })
     .unwrap();
     st.train_step();
-    let freeze =
-        |st: &TrainState| FrozenState::capture(&st.model, &st.optim, &st.sched, st.trainer());
     let model = freeze(&st).model_bytes() as usize;
     // AdamW: two moments per parameter.
     let optim = 2 * model;

@@ -853,6 +853,15 @@ impl CheckpointSession {
 mod tests {
     use super::*;
 
+    /// A save's memory need: held in the background, held at the least, needed for a moment.
+    fn mem(background: u64, blocking: u64, transient: u64) -> SaveMemory {
+        SaveMemory {
+            background,
+            blocking,
+            transient,
+        }
+    }
+
     /// A target whose saves publish at the next poll, or fail when told to.
     #[derive(Default)]
     struct Fake {
@@ -1049,11 +1058,7 @@ mod tests {
             budget: Some(100),
             ..Default::default()
         };
-        let need = SaveMemory {
-            background: 60,
-            blocking: 40,
-            transient: 0,
-        };
+        let need = mem(60, 40, 0);
         assert_eq!(g.route(need, 1), SaveRoute::Background);
         g.in_flight = 1;
         assert_eq!(g.route(need, 2), SaveRoute::Throttled, "60 held + 60 > 100");
@@ -1073,25 +1078,13 @@ mod tests {
     #[test]
     fn a_throttled_save_waits_for_the_budget_or_its_own_floor_whichever_is_more() {
         let mut g = MemoryGate::new(Some(100));
-        let over = SaveMemory {
-            background: 150,
-            blocking: 40,
-            transient: 0,
-        };
+        let over = mem(150, 40, 0);
         assert_eq!(g.route(over, 1), SaveRoute::Throttled);
         assert_eq!(g.wait_limit(), Some(100), "the budget");
-        let floor = SaveMemory {
-            background: 150,
-            blocking: 120,
-            transient: 0,
-        };
+        let floor = mem(150, 120, 0);
         assert_eq!(g.route(floor, 2), SaveRoute::Throttled);
         assert_eq!(g.wait_limit(), Some(120), "the floor, over the budget");
-        let fits = SaveMemory {
-            background: 90,
-            blocking: 40,
-            transient: 0,
-        };
+        let fits = mem(90, 40, 0);
         assert_eq!(g.route(fits, 3), SaveRoute::Background);
         assert_eq!(g.wait_limit(), None);
     }
@@ -1100,11 +1093,7 @@ mod tests {
     fn the_budget_leaves_room_for_the_encodings_transient_copy() {
         let mut g = MemoryGate::new(Some(100));
         // What it holds fits, but not with the copy its encoding makes for a moment.
-        let need = SaveMemory {
-            background: 80,
-            blocking: 30,
-            transient: 30,
-        };
+        let need = mem(80, 30, 30);
         assert_eq!(g.route(need, 1), SaveRoute::Throttled, "80 held + 30 > 100");
         assert_eq!(
             g.wait_limit(),
@@ -1112,18 +1101,10 @@ mod tests {
             "training waits until the save holds no more than leaves room for the copy"
         );
         // Training waits only down to the save's own floor.
-        let floor = SaveMemory {
-            background: 80,
-            blocking: 50,
-            transient: 60,
-        };
+        let floor = mem(80, 50, 60);
         assert_eq!(g.route(floor, 2), SaveRoute::Throttled);
         assert_eq!(g.wait_limit(), Some(50));
-        let fits = SaveMemory {
-            background: 70,
-            blocking: 30,
-            transient: 30,
-        };
+        let fits = mem(70, 30, 30);
         assert_eq!(g.route(fits, 3), SaveRoute::Background, "70 + 30 fits 100");
     }
 }
