@@ -14,10 +14,8 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use burn::train::{Learner, LearnerModel, SupervisedTraining, TrainLoader, ValidLoader};
 use burn_ckpt::{ckpt_burn, ckpt_core, ckpt_zero};
-use ckpt_burn::{FrozenState, TrainerState};
-use ckpt_core::{
-    CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig, Submitted,
-};
+use ckpt_burn::{CheckpointManager, DataCursor, FrozenState, ManagerConfig, TrainerState};
+use ckpt_core::{CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig};
 use ckpt_zero::collective::Collective;
 use ckpt_zero::{ShardFormat, ShardJob};
 
@@ -29,16 +27,14 @@ fn learner_hook<M: LearnerModel>(
     device: Device,
     learner: Learner<M>,
 ) -> anyhow::Result<()> {
-    use ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
-    use ckpt_burn::strategy::CkptTrainingStrategy; // only for step-level checkpoints
-    use ckpt_core::{EngineConfig, FrequencyPolicy};
+    use ckpt_burn::checkpointers::CkptCheckpointers;
+    use ckpt_burn::strategy::CkptTrainingStrategy;
+    use ckpt_core::{EngineConfig, FrequencyPolicy, Retention};
 
-    let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/x/ckpt"))?;
-    let (m, o, s) = ckpt.checkpointers();
+    let config = EngineConfig::new("runs/x/ckpt").retention(Retention::keep_last(3));
+    let ckpt = CkptCheckpointers::open(config)?;
     let result = SupervisedTraining::new("runs/x", train, valid)
-        .with_custom_checkpointers(m, o, s)          // model+optim+scheduler as one atomic set
-        .with_checkpointing_strategy(AlwaysSave)
-        .with_training_strategy(                     // optional: checkpoint every 100 steps
+        .with_training_strategy(                     // every 100 steps and at each epoch's end
             CkptTrainingStrategy::new(device, &ckpt, FrequencyPolicy::EverySteps(100))
                 .resume_latest()                     // continue from the newest valid checkpoint
                 .deterministic(42)                   // dropout replays on resume
@@ -46,6 +42,25 @@ fn learner_hook<M: LearnerModel>(
         .num_epochs(10)
         .launch(learner);
     ckpt.finish()?;                                  // waits for the last save, returns any error
+    Ok(())
+}
+
+/// "A training loop of your own".
+#[rustfmt::skip] // verbatim from the README
+fn manager_loop<M: Module + 'static>(
+    mut model: M,
+    mut optim: ModuleOptimizer,
+    mut sched: ModuleLrScheduler,
+    steps: u64,
+    train_one_step: impl Fn(&mut M, &mut ModuleOptimizer, &mut ModuleLrScheduler),
+) -> anyhow::Result<()> {
+    let mut ckpt = CheckpointManager::open(ManagerConfig::new("runs/x").every_steps(100))?;
+    let start = ckpt.resume(&mut model, &mut optim, &mut sched)?.map_or(0, |t| t.step);
+    for step in start + 1..=steps {
+        train_one_step(&mut model, &mut optim, &mut sched);
+        if ckpt.step(step, &model, &optim, &sched, DataCursor::default())? { break; }
+    }
+    let report = ckpt.finish()?;                     // every save durable; what they cost
     Ok(())
 }
 
@@ -88,9 +103,7 @@ fn session_loop<M: Module + 'static>(
         if b.save {
             session.save(&mut engine, step, |e, gate| {
                 let frozen = FrozenState::capture(&model, &optim, &sched, trainer_state(step));
-                let route = gate.route(frozen.memory(None), step);
-                let snapshot = frozen.into_snapshot_waited(gate.wait_limit(), None);
-                Ok::<_, ckpt_burn::Error>(Submitted { outcome: e.submit(snapshot)?, route })
+                frozen.submit(e, gate, |snapshot| snapshot)   // on the route the budget allows
             })?;
         }
         session.poll(&mut engine)?;

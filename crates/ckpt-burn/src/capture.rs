@@ -418,7 +418,10 @@ pub(crate) fn write_optimizer(
     optim: ModuleOptimizer,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    write_canonical_optimizer(encode_record(optim)?, sink)
+    write_canonical_optimizer(
+        encode_record(Box::new(optim), &SchedulerSlot::default())?,
+        sink,
+    )
 }
 
 /// Streams Burn-encoded optimizer-record bytes (tensors in Burn's `HashMap` order) into `sink`
@@ -433,6 +436,51 @@ pub(crate) fn write_canonical_optimizer(
     // The reader lists tensors by name: the canonical order.
     let tensors = reader.into_tensors()?;
     Ok(write_pack(tensors, &metadata, &scalars, sink)?)
+}
+
+/// Removes a scratch file when dropped (written, failed or abandoned).
+struct ScratchFile(PathBuf);
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.0.display(), error = %e, "could not remove a scratch file (start-up recovery removes it)");
+        }
+    }
+}
+
+/// A scratch-file name unique in this process, under the `.tmp-` prefix start-up recovery
+/// removes.
+fn scratch_name(step: u64) -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(".tmp-optim-{step:08}-{}-{n}.bpk", std::process::id())
+}
+
+/// Streams Burn's `record` into `sink` in the canonical layout through a scratch file in
+/// `dir`: `OptimizerRecord::save` writes the record out tensor by tensor (each freed once
+/// written), then the file is read back in name order, a tensor at a time, and removed. Only
+/// the bytes streamed into `sink` are part of the checkpoint; the scratch file never is.
+fn write_record_through_file(
+    record: OptimizerRecord,
+    dir: &std::path::Path,
+    step: u64,
+    sink: &mut dyn Write,
+) -> std::result::Result<u64, BoxError> {
+    let scratch = ScratchFile(dir.join(scratch_name(step)));
+    record
+        .save(&scratch.0)
+        .map_err(|e| format!("writing the scratch file {}: {e}", scratch.0.display()))?;
+    let reader = burn_pack::Reader::from_file_exact(&scratch.0)?;
+    let metadata = reader.metadata().clone();
+    let scalars = reader.scalars().clone();
+    // Name order: the canonical layout. Each tensor is read from the file as it is written.
+    let tensors = reader.into_tensors()?;
+    let written = write_pack(tensors, &metadata, &scalars, sink)?;
+    drop(scratch);
+    Ok(written)
 }
 
 /// Failpoint (the `fail` crate, compiled in only where `fail/failpoints` is enabled) at the
@@ -465,6 +513,11 @@ struct StageJob {
     /// Where set, Burn's record is encoded only once the model part is written (or the writer
     /// asks for the record): see [`StageJob::run`].
     model_written: Option<std::sync::Arc<ModelWritten>>,
+    /// Where a learner's scheduler record goes when its optimizer record is taken.
+    scheduler: SchedulerSlot,
+    /// Whether Burn's record of host-memory state goes to the writer as it is (written through
+    /// a scratch file), instead of being encoded here.
+    record_to_writer: bool,
 }
 
 /// Opens once a save's model part is written (or dropped unwritten), or once the writer asks
@@ -501,7 +554,16 @@ impl Drop for OpenWhenDropped {
 }
 
 /// What a staging job produces: Burn's optimizer record, encoded.
-type StageResult = std::result::Result<burn::tensor::Bytes, BoxError>;
+type StageResult = std::result::Result<OptimOut, BoxError>;
+
+/// The optimizer's part as the staging job hands it to the writer.
+enum OptimOut {
+    /// Burn's record, encoded (`into_bytes`).
+    Encoded(burn::tensor::Bytes),
+    /// Burn's record of host-memory state, for the writer to stream through a scratch file
+    /// ([`write_record_through_file`]): no buffer of the whole record, no second copy.
+    Record(OptimizerRecord),
+}
 
 /// A staging job not yet started, running on the staging thread (whose result arrives on the
 /// receiver), or its result taken by the optimizer part.
@@ -540,12 +602,14 @@ impl StageJob {
             host,
             stage_model,
             model_written,
+            scheduler,
+            record_to_writer,
         } = self;
         let t0 = Instant::now();
         let optim = match optim {
             // Host state: the record first, and the optimizer's handles and pin go with it.
             OptimState::Held(optim, pin) if host => {
-                let record = optim.to_record();
+                let record = take_records(optim.as_ref(), &scheduler)?;
                 drop((optim, pin));
                 OptimState::Recorded(record)
             }
@@ -560,18 +624,20 @@ impl StageJob {
         }
         drop(slots);
         let t_model = t0.elapsed();
-        let bytes = match optim {
-            OptimState::Encoded(bytes) => bytes?,
+        let out = match optim {
+            OptimState::Encoded(bytes) => OptimOut::Encoded(bytes?),
+            // The writer streams it out once it gets to the optimizer part.
+            OptimState::Recorded(record) if record_to_writer => OptimOut::Record(record),
             OptimState::Recorded(record) => {
                 if let Some(written) = model_written {
                     written.wait();
                 }
-                record.into_bytes()?
+                OptimOut::Encoded(record.into_bytes()?)
             }
             OptimState::Held(optim, pin) => {
-                let bytes = encode_record(optim)?;
+                let bytes = encode_record(optim, &scheduler)?;
                 drop(pin);
-                bytes
+                OptimOut::Encoded(bytes)
             }
         };
         tracing::debug!(
@@ -581,7 +647,7 @@ impl StageJob {
             host,
             "staged a save: the model's tensors, Burn's optimizer record, its bytes"
         );
-        Ok(bytes)
+        Ok(out)
     }
 }
 
@@ -589,16 +655,55 @@ impl StageJob {
 /// call ([`crate::OptimizerRead`], or the error that made), Burn's record already taken (its
 /// handles released), or the handles, counted in [`crate::pinned_state_bytes`] by their pin.
 enum OptimState {
-    Encoded(StageResult),
+    Encoded(std::result::Result<burn::tensor::Bytes, BoxError>),
     Recorded(OptimizerRecord),
-    Held(ModuleOptimizer, Pin),
+    Held(Box<dyn OptimizerSource>, Pin),
 }
 
-/// Burn's record of `optim`, encoded; `optim` (its handles) is dropped only once the bytes are
-/// read (see [`write_optimizer`]).
-fn encode_record(optim: ModuleOptimizer) -> std::result::Result<burn::tensor::Bytes, BoxError> {
-    let bytes = optim.to_record().into_bytes()?;
-    drop(optim);
+/// Where a frozen state's optimizer record comes from: a [`ModuleOptimizer`]'s handle clones,
+/// or a frozen Burn learner ([`crate::learner_records`]), which also gives the scheduler's
+/// record. Whatever it holds is released when it is dropped.
+pub(crate) trait OptimizerSource: Send {
+    /// Burn's optimizer record (and the scheduler's, where the source holds the scheduler),
+    /// taken now on the calling thread.
+    fn records(
+        &self,
+    ) -> std::result::Result<(OptimizerRecord, Option<LrSchedulerRecord>), BoxError>;
+}
+
+impl OptimizerSource for ModuleOptimizer {
+    fn records(
+        &self,
+    ) -> std::result::Result<(OptimizerRecord, Option<LrSchedulerRecord>), BoxError> {
+        Ok((self.to_record(), None))
+    }
+}
+
+/// The scheduler record of a frozen learner, put here by whoever takes its optimizer record
+/// (the staging helper, the save call, or the writer) and taken by the scheduler part, which
+/// the engine writes after the optimizer part.
+type SchedulerSlot = std::sync::Arc<std::sync::Mutex<Option<LrSchedulerRecord>>>;
+
+/// Burn's record of `source`, with the scheduler's where it has one (into `scheduler`).
+fn take_records(
+    source: &dyn OptimizerSource,
+    scheduler: &SchedulerSlot,
+) -> std::result::Result<OptimizerRecord, BoxError> {
+    let (record, sched) = source.records()?;
+    if let Some(sched) = sched {
+        *scheduler.lock().unwrap_or_else(|e| e.into_inner()) = Some(sched);
+    }
+    Ok(record)
+}
+
+/// Burn's record of `source`, encoded; `source` (its handles) is dropped only once the bytes
+/// are read (see [`write_optimizer`]).
+fn encode_record(
+    source: Box<dyn OptimizerSource>,
+    scheduler: &SchedulerSlot,
+) -> std::result::Result<burn::tensor::Bytes, BoxError> {
+    let bytes = take_records(source.as_ref(), scheduler)?.into_bytes()?;
+    drop(source);
     Ok(bytes)
 }
 
@@ -798,8 +903,12 @@ impl ModuleVisitor for SizeCounter {
 /// Training state frozen at one step boundary: handle clones, not bytes.
 pub struct FrozenState<M> {
     model: M,
-    optim: ModuleOptimizer,
-    scheduler: LrSchedulerRecord,
+    optim: Box<dyn OptimizerSource>,
+    /// Bytes the optimizer source holds beyond the optimizer's state (a frozen learner also
+    /// holds the model's handles until its records are taken).
+    source_extra: u64,
+    /// The scheduler's record, taken at the capture, or (a frozen learner) with the optimizer's.
+    scheduler: SchedulerState,
     trainer: TrainerState,
     capture_time: std::time::Duration,
     /// [`FrozenState::model_bytes`], counted on first use (the trainer asks for it twice).
@@ -808,6 +917,8 @@ pub struct FrozenState<M> {
     optimizer_read: crate::OptimizerRead,
     /// Whether a background snapshot of host-memory state stages the model or holds it.
     model_staging: ModelStaging,
+    /// Where the writer may put a scratch file (the checkpoint root's filesystem).
+    scratch_dir: Option<PathBuf>,
 }
 
 impl<M> std::fmt::Debug for FrozenState<M> {
@@ -816,6 +927,31 @@ impl<M> std::fmt::Debug for FrozenState<M> {
             .field("trainer", &self.trainer)
             .field("capture_time", &self.capture_time)
             .finish()
+    }
+}
+
+/// A frozen state's scheduler record: taken at the capture, or (a frozen learner, whose
+/// scheduler Burn keeps private) taken with the optimizer's record into a slot.
+enum SchedulerState {
+    Record(LrSchedulerRecord),
+    WithOptimizer,
+}
+
+impl SchedulerState {
+    /// The record, from the slot where it comes with the optimizer's.
+    fn into_record(self, slot: &SchedulerSlot) -> std::result::Result<LrSchedulerRecord, BoxError> {
+        match self {
+            SchedulerState::Record(r) => Ok(r),
+            SchedulerState::WithOptimizer => slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .ok_or_else(|| {
+                    "the learner's scheduler record was not taken: its optimizer record was not \
+                     read before the scheduler part"
+                        .into()
+                }),
+        }
     }
 }
 
@@ -861,16 +997,82 @@ impl<M: Module + 'static> FrozenState<M> {
         let model = model.clone();
         let optim = optim.clone();
         let scheduler = scheduler.to_record();
+        Self::frozen(
+            model,
+            Box::new(optim),
+            0,
+            SchedulerState::Record(scheduler),
+            trainer,
+            t0,
+        )
+    }
+
+    fn frozen(
+        model: M,
+        optim: Box<dyn OptimizerSource>,
+        source_extra: u64,
+        scheduler: SchedulerState,
+        trainer: TrainerState,
+        t0: Instant,
+    ) -> Self {
         Self {
             model,
             optim,
+            source_extra,
             scheduler,
             trainer,
             capture_time: t0.elapsed(),
             model_bytes: std::cell::OnceCell::new(),
             optimizer_read: crate::OptimizerRead::default(),
             model_staging: ModelStaging::Stage,
+            scratch_dir: None,
         }
+    }
+
+    /// Lets a background snapshot of host-memory state write Burn's optimizer record through
+    /// a scratch file in `dir` (a directory on the checkpoint root's filesystem; the engine's
+    /// root, where start-up recovery removes a `.tmp-*` file a crash left): Burn's public
+    /// `OptimizerRecord::save` streams the record out tensor by tensor, each freed as written,
+    /// where `into_bytes` would hold it twice more for a moment (one buffer of the whole
+    /// record, and in cubecl-environment 0.11.3 a realigned copy of it). The writer then
+    /// streams the file into the part in the canonical layout and removes it. Costs one more
+    /// write and read of the record through the page cache (and Burn syncs that file).
+    pub fn with_scratch_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.scratch_dir = Some(dir.into());
+        self
+    }
+
+    /// Freezes a Burn learner's state: clones the learner (handle clones; its model, optimizer
+    /// and scheduler stay those of this step however far training goes on). Burn keeps the
+    /// learner's optimizer and scheduler private: their records are taken from the clone later,
+    /// through `tap` (Burn's own `LearningCheckpointer`, see [`crate::learner_records`]), on the
+    /// staging helper of a background save.
+    pub fn capture_learner(
+        learner: &burn::train::Learner<M>,
+        tap: &crate::LearnerTap<M>,
+        trainer: TrainerState,
+    ) -> Self
+    where
+        M: burn::train::LearnerModel,
+    {
+        let t0 = Instant::now();
+        let frozen = crate::learner_records::FrozenLearner {
+            learner: learner.clone(),
+            tap: tap.clone(),
+        };
+        let model = learner.model();
+        let mut state = Self::frozen(
+            model,
+            Box::new(frozen),
+            0,
+            SchedulerState::WithOptimizer,
+            trainer,
+            t0,
+        );
+        // The clone holds the model's handles too, until its records are taken.
+        state.source_extra = state.model_bytes();
+        state.capture_time = t0.elapsed();
+        state
     }
 
     /// Sets how a background snapshot takes the model's tensors off the training state where
@@ -942,13 +1144,16 @@ impl<M: Module + 'static> FrozenState<M> {
         let Self {
             model,
             optim,
+            source_extra,
             scheduler,
             trainer,
             capture_time,
             optimizer_read,
             model_staging,
+            scratch_dir,
             ..
         } = self;
+        let sched_slot = SchedulerSlot::default();
         let t0 = Instant::now();
         // Staging starts when the engine accepts the snapshot, on this (the trainer's) thread's
         // staging thread, at its priority: the optimizer's record is taken and the model's
@@ -975,14 +1180,14 @@ impl<M: Module + 'static> FrozenState<M> {
             // Read now, ahead of anything the trainer queues next, and before the model's read
             // is enqueued (the wait is for the optimizer's bytes alone); its handles go at once.
             let t_read = Instant::now();
-            let bytes = encode_record(optim);
+            let bytes = encode_record(optim, &sched_slot);
             tracing::debug!(
                 ms = t_read.elapsed().as_secs_f64() * 1e3,
                 "read the optimizer's record inside the save call"
             );
             OptimState::Encoded(bytes)
         } else {
-            OptimState::Held(optim, Pin::new(optim_bytes))
+            OptimState::Held(optim, Pin::new(optim_bytes + source_extra))
         };
         if stage_model && on_device == Some(true) {
             // On a device backend the model's reads are enqueued now, ahead of the next step.
@@ -1000,6 +1205,8 @@ impl<M: Module + 'static> FrozenState<M> {
             host,
             stage_model,
             model_written,
+            scheduler: sched_slot.clone(),
+            record_to_writer: host && scratch_dir.is_some(),
         }));
         let starter = staging.clone();
         let on_accepted = staging.clone();
@@ -1009,11 +1216,18 @@ impl<M: Module + 'static> FrozenState<M> {
             drop(written_mark);
             written
         };
+        let step = trainer.step;
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            write_canonical_optimizer(staging.bytes()?, sink).map(drop)
+            match staging.bytes()? {
+                OptimOut::Encoded(bytes) => write_canonical_optimizer(bytes, sink).map(drop),
+                OptimOut::Record(record) => match &scratch_dir {
+                    Some(dir) => write_record_through_file(record, dir, step, sink).map(drop),
+                    None => write_canonical_optimizer(record.into_bytes()?, sink).map(drop),
+                },
+            }
         };
         let sched_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            let bytes = scheduler.into_bytes()?;
+            let bytes = scheduler.into_record(&sched_slot)?.into_bytes()?;
             sink.write_all(&bytes)?;
             Ok(())
         };
@@ -1031,6 +1245,11 @@ impl<M: Module + 'static> FrozenState<M> {
             // save call, so the staging thread does not compete with the rest of that call.
             .on_accepted(move || on_accepted.start());
         snap.with_capture_time(capture_time + t0.elapsed())
+    }
+
+    /// Visits the frozen model's parameters.
+    pub(crate) fn model_visit<V: ModuleVisitor>(&self, visitor: &mut V) {
+        self.model.visit(visitor);
     }
 
     /// Bytes of the model's parameters (shapes times dtype sizes; no data is read).
@@ -1051,12 +1270,21 @@ impl<M: Module + 'static> FrozenState<M> {
     /// Encodes every part on the calling thread (the blocking path; the same bytes as the
     /// producers of [`Self::into_snapshot`] write).
     pub fn encode(self) -> Result<EncodedState> {
+        let slot = SchedulerSlot::default();
+        let mut optim = Vec::new();
+        encode_record(self.optim, &slot)
+            .and_then(|bytes| write_canonical_optimizer(bytes, &mut optim))
+            .map_err(|e| record_err(OPTIM_FILE, e))?;
+        let scheduler = self
+            .scheduler
+            .into_record(&slot)
+            .map_err(|e| record_err(SCHEDULER_FILE, e))?;
         Ok(EncodedState {
             step: self.trainer.step,
             epoch: self.trainer.epoch,
-            optim: encode_optimizer(&self.optim)?,
+            optim,
             model: encode_model(self.model)?,
-            scheduler: encode_scheduler(self.scheduler)?,
+            scheduler: encode_scheduler(scheduler)?,
             trainer: self.trainer.to_bytes(),
         })
     }

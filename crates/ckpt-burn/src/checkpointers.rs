@@ -26,7 +26,8 @@
 //!   arrived, then submits one [`Snapshot`] (`step-<key:08>/{model,optim,scheduler}.bpk` plus
 //!   `manifest.json`). The records are encoded to burnpack on the engine's persist thread; the
 //!   checkpointer threads only hand them over.
-//! - The key is Burn's `epoch` argument. With [`Collector::annotate`] a caller that passes a
+//! - The key is Burn's `epoch` argument: the directory is `step-<epoch:08>` and its manifest
+//!   says so (entry `checkpoint_key: "epoch"`; `ckpt ls` shows the epoch and no step). With [`Collector::annotate`] a caller that passes a
 //!   step as the key (the step-level [`crate::strategy::CkptTrainingStrategy`]) records the
 //!   real epoch and extra manifest entries for that key.
 //! - `restore(key)` reads the part from `step-<key:08>`, verifying size and checksum against the
@@ -48,9 +49,10 @@
 //!   `latest` names `k`, so `latest` always names a checkpoint of the current timeline.
 //! - **CubeCL backends (wgpu, CUDA)** read a record's tensor data lazily: an optimizer record
 //!   read after the next optimizer step holds that step's state. The collector reads the
-//!   optimizer record as soon as it arrives, and the step-level strategy waits for that
-//!   ([`Collector::wait_optimizer_read`]) before training goes on. Burn's own epoch loop (these
-//!   checkpointers without the strategy) does not wait: on CubeCL use the strategy.
+//!   optimizer record as soon as it arrives ([`Collector::wait_optimizer_read`] waits for
+//!   that). Burn's own epoch loop (these checkpointers without the strategy) does not wait: on
+//!   CubeCL use the step-level strategy, which freezes the learner and takes its records
+//!   itself ([`crate::FrozenState::capture_learner`]).
 //! - Errors (encode, I/O, a background failure of an earlier save) are returned from `save` /
 //!   `restore`; Burn's `AsyncCheckpointer` then fails the training through its interrupter, and
 //!   they show in `LearningResult::error`.
@@ -349,9 +351,16 @@ impl Collector {
         scheduler: LrSchedulerRecord,
     ) -> std::result::Result<(), CheckpointerError> {
         let step = key as u64;
-        let (epoch, meta) = lock(&self.annotations)
-            .remove(&key)
-            .unwrap_or_else(|| (step, BTreeMap::new()));
+        // Unannotated, the key is Burn's epoch number: said in the manifest, so that listings
+        // tell these checkpoints from step-keyed ones (`ckpt ls` shows no step for them).
+        let (epoch, meta) = lock(&self.annotations).remove(&key).unwrap_or_else(|| {
+            let mut meta = BTreeMap::new();
+            meta.insert(
+                ckpt_core::Manifest::CHECKPOINT_KEY.to_string(),
+                serde_json::Value::from("epoch"),
+            );
+            (step, meta)
+        });
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             sink.write_all(&model.into_bytes()?)?;
             Ok(())
@@ -384,6 +393,23 @@ impl Collector {
             .ok_or_else(|| unknown("checkpoint engine already finished"))?;
         engine.submit(snapshot).map_err(unknown)?;
         Ok(())
+    }
+
+    /// Submits a frozen training state as the checkpoint of its step (see
+    /// [`crate::FrozenState::submit`]), once the root is ready for this run
+    /// ([`Collector::settle`]).
+    pub(crate) fn submit_frozen<M: burn::module::Module + 'static>(
+        &self,
+        frozen: crate::FrozenState<M>,
+        gate: &mut ckpt_core::MemoryGate,
+        decorate: impl FnOnce(Snapshot) -> Snapshot,
+    ) -> Result<ckpt_core::Submitted> {
+        self.settle()?;
+        let mut guard = lock(&self.engine);
+        let engine = guard.as_mut().ok_or_else(|| {
+            crate::Error::Config("the checkpoint engine has already finished".into())
+        })?;
+        frozen.submit(engine, gate, decorate)
     }
 
     fn read(&self, key: usize, part: &str) -> std::result::Result<Bytes, CheckpointerError> {
@@ -595,11 +621,13 @@ impl ckpt_core::SaveTarget for &Collector {
     fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
         Collector::wait_idle(self)
     }
-    // Burn's checkpointers hand over records, not snapshots: nothing declares what it holds.
     fn held_bytes(&self) -> Option<u64> {
-        None
+        lock(&self.engine).as_ref().map(|e| e.held_bytes())
     }
-    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
-        Ok(false)
+    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool> {
+        match lock(&self.engine).as_ref() {
+            Some(e) => Ok(e.wait_held_at_most(limit).map(|_| true)?),
+            None => Ok(false),
+        }
     }
 }

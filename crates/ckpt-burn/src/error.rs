@@ -54,9 +54,10 @@ pub enum Error {
     #[error(
         "{} already holds checkpoints of an earlier run (newest step-{newest:08}) and this run \
          does not resume from one: to continue that run, resume it \
-         (CkptTrainingStrategy::resume_latest(), or SupervisedTraining::checkpoint({newest})); \
-         to start over, use CkptCheckpointers::overwrite(true), which moves them aside to \
-         .rewound-*, or another directory",
+         (CkptTrainingStrategy::resume_latest(), SupervisedTraining::checkpoint({newest}), \
+         or CheckpointManager::resume); to start over, use overwrite(true) \
+         (CkptCheckpointers or ManagerConfig), which moves them aside to .rewound-*, or \
+         another directory",
         root.display()
     )]
     UsedRoot {

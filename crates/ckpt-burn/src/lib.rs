@@ -21,12 +21,15 @@ mod capture;
 pub mod checkpointers;
 mod data;
 mod error;
+mod learner_records;
+mod manager;
 mod pack;
 mod pinned;
 mod restore;
 mod state;
 pub mod stop;
 pub mod strategy;
+mod submit;
 
 pub use capture::{
     EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT,
@@ -36,6 +39,8 @@ pub use capture::{
 pub use ckpt_core::ModelStaging;
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use error::{Error, Result};
+pub use learner_records::LearnerTap;
+pub use manager::{CheckpointManager, ManagerConfig};
 pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
 pub use restore::{
     Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,

@@ -2,31 +2,33 @@
 //! (`TrainingStrategy::Custom`) that runs the single-device loop of burn-train 0.22.1 and
 //! checkpoints at optimizer-step boundaries, as a [`CheckpointSession`] decides.
 //!
-//! Burn's `Learner` keeps its optimizer and scheduler private; the only public code that reads
-//! them is `LearningCheckpointer::checkpoint(&learner, key, &store)`. This strategy calls it
-//! with the **global optimizer step** as the key, so the checkpointers of
-//! [`crate::checkpointers`] publish `step-<step:08>` directories. Before each call it annotates
-//! the key with the epoch and the position in the epoch (manifest entries
-//! `burn_epoch_iteration`, `burn_epoch_complete`), which resume reads back, and attaches a
-//! `trainer.bin` ([`crate::TrainerState`]: the step, the epoch (0-based) and the batches of it
-//! done as the cursor's position, the [`CkptTrainingStrategy::deterministic`] seed or 0; the
-//! cursor's shuffle seed is 0, as Burn's loaders do not expose theirs).
+//! A save does not stall training: at the step boundary the strategy clones the learner
+//! (handle clones, copy-on-write) and submits it ([`crate::FrozenState::capture_learner`]);
+//! Burn's records of the optimizer and scheduler are taken from that clone on the staging
+//! helper ([`crate::LearnerTap`]: Burn keeps the learner's optimizer private, and its own
+//! `LearningCheckpointer` is the one public reader), the model is staged from its handles, and
+//! everything is encoded and written on the engine's persist thread, under the same snapshot
+//! budget, staging and update-wait rules as any other loop of this crate. Checkpoints go to
+//! `step-<step:08>` directories of the [`CkptCheckpointers`] root with a `trainer.bin`
+//! ([`crate::TrainerState`]: the step, the epoch (0-based) and the batches of it done as the
+//! cursor's position, the [`CkptTrainingStrategy::deterministic`] seed or 0; the cursor's
+//! shuffle seed is 0, as Burn's loaders do not expose theirs) and the manifest entries
+//! `burn_epoch_iteration` and `burn_epoch_complete`, which resume reads back. The strategy
+//! needs no checkpointers registered with Burn (`with_custom_checkpointers` is only for
+//! Burn's epoch route, [`crate::checkpointers`]).
 //!
 //! ```no_run
 //! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
 //! # use burn::tensor::Device;
 //! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>, device: Device)
 //! # -> Result<(), ckpt_burn::Error> {
-//! use ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
+//! use ckpt_burn::checkpointers::CkptCheckpointers;
 //! use ckpt_burn::strategy::CkptTrainingStrategy;
 //! use ckpt_core::{EngineConfig, FrequencyPolicy};
 //!
 //! let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/demo/ckpt"))?;
-//! let (m, o, s) = ckpt.checkpointers();
 //! let strategy = CkptTrainingStrategy::new(device, &ckpt, FrequencyPolicy::EverySteps(100));
 //! let result = training
-//!     .with_custom_checkpointers(m, o, s)
-//!     .with_checkpointing_strategy(AlwaysSave)
 //!     .with_training_strategy(strategy.resume_latest().into_training_strategy())
 //!     .launch(learner);
 //! ckpt.finish()?;
@@ -35,12 +37,11 @@
 //!
 //! Limits (what Burn's public API allows):
 //! - Single device only (Burn's multi-device and DDP loops are `pub(crate)`).
-//! - The hand-off is `LearningCheckpointer::checkpoint`: the model record is built on the
-//!   training thread (`model.clone().into_record()`), the optimizer and scheduler records too;
-//!   encoding and writing happen on the engine's persist thread. Burn's `AsyncCheckpointer`
-//!   rendezvous channels mean a save blocks while the previous one is still being handed over.
-//! - Resume restores model, optimizer and scheduler exactly (Burn's `.checkpoint(step)` path,
-//!   or [`CkptTrainingStrategy::resume_latest`]). Burn's shuffled `DataLoaderBuilder` loaders
+//! - Burn's `LearningCheckpointer` also builds the model's record (a copy of the model's
+//!   tensors) when the records are taken; the tap drops it unused, on the staging helper.
+//! - Resume restores model, optimizer and scheduler exactly (Burn's `.checkpoint(step)`, which
+//!   the strategy restores itself when no checkpointers are registered with Burn, or
+//!   [`CkptTrainingStrategy::resume_latest`]). Burn's shuffled `DataLoaderBuilder` loaders
 //!   draw a new order at every `iter()` from an RNG that starts afresh in each process, so the
 //!   strategy replays one `iter()` per earlier epoch, then skips the batches of the interrupted
 //!   epoch that were already trained by drawing and discarding them (`DataLoader::slice` would
@@ -52,25 +53,21 @@
 //!   state is not restored.
 //! - Gradient accumulation is supported as in Burn; the step count is in optimizer steps.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burn::optim::GradientsAccumulator;
 use burn::tensor::Device;
 use burn::train::checkpoint::CheckpointerError;
-use burn::train::metric::store::EventStoreClient;
 use burn::train::{
     EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearnerModel,
-    LearningCheckpointer, LearningResult, SupervisedLearningStrategy,
-    SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents, TrainingItem,
-    TrainingStrategy, ValidLoader,
+    LearningResult, SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader,
+    TrainingComponents, TrainingItem, TrainingStrategy, ValidLoader,
 };
-use ckpt_core::{
-    CheckpointSession, FrequencyPolicy, SessionConfig, Submitted, checkpoint_dir_name,
-};
+use ckpt_core::{CheckpointSession, FrequencyPolicy, SessionConfig, checkpoint_dir_name};
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
+use crate::{FrozenState, LearnerTap, OptimizerRead, UpdateWait};
 
 /// Manifest entry: training iterations of the epoch done at the checkpoint.
 pub const META_EPOCH_ITERATION: &str = "burn_epoch_iteration";
@@ -111,8 +108,8 @@ impl std::fmt::Debug for CkptTrainingStrategy {
 }
 
 impl CkptTrainingStrategy {
-    /// A strategy training on `device` (made autodiff if it is not) and checkpointing through
-    /// `ckpt`'s checkpointers (register them with `with_custom_checkpointers`) per `policy`.
+    /// A strategy training on `device` (made autodiff if it is not) and checkpointing into
+    /// `ckpt`'s root per `policy` (no checkpointers need to be registered with Burn).
     /// By default it also checkpoints at the end of every epoch (after validation) and when
     /// training is stopped through the interrupter.
     pub fn new(device: Device, ckpt: &CkptCheckpointers, policy: FrequencyPolicy) -> Self {
@@ -190,18 +187,27 @@ impl CkptTrainingStrategy {
         &self,
         learner: &mut Learner<M>,
     ) -> Result<Option<usize>, CheckpointerError> {
-        use burn::train::checkpoint::Checkpointer;
         let Some(step) = self.collector.latest_step() else {
             tracing::info!(root = %self.collector.root().display(), "no checkpoint to resume: a fresh run");
             return Ok(None);
         };
-        let key = step as usize;
+        self.restore_step(learner, step as usize)?;
+        tracing::info!(step, root = %self.collector.root().display(), "resumed from the newest valid checkpoint");
+        Ok(Some(step as usize))
+    }
+
+    /// Restores checkpoint `key` (a step) into `learner`.
+    fn restore_step<M: LearnerModel>(
+        &self,
+        learner: &mut Learner<M>,
+        key: usize,
+    ) -> Result<(), CheckpointerError> {
+        use burn::train::checkpoint::Checkpointer;
         let c = self.collector.clone();
         learner.load_model(crate::checkpointers::ModelCheckpointer::new(c.clone()).restore(key)?);
         learner.load_optim(crate::checkpointers::OptimCheckpointer::new(c.clone()).restore(key)?);
         learner.load_scheduler(crate::checkpointers::SchedulerCheckpointer::new(c).restore(key)?);
-        tracing::info!(step, root = %self.collector.root().display(), "resumed from the newest valid checkpoint");
-        Ok(Some(key))
+        Ok(())
     }
 
     /// For `SupervisedTraining::with_training_strategy`.
@@ -247,14 +253,16 @@ impl CkptTrainingStrategy {
 }
 
 struct Run<'a, M: LearnerModel> {
-    checkpointer: Option<LearningCheckpointer<M>>,
-    event_store: Arc<EventStoreClient>,
+    /// Reads the optimizer's and scheduler's records of a frozen learner.
+    tap: LearnerTap<M>,
     interrupter: Interrupter,
     collector: &'a Collector,
     session: CheckpointSession,
     step: u64,
     /// The deterministic-mode seed recorded in `trainer.bin` (0 without).
     seed: u64,
+    /// When a save on a device backend reads the optimizer's state.
+    optimizer_read: OptimizerRead,
 }
 
 impl<M: LearnerModel> Run<'_, M> {
@@ -267,42 +275,37 @@ impl<M: LearnerModel> Run<'_, M> {
         }
     }
 
-    /// Hands the learner's records of this step to Burn's checkpointer (our checkpointers
-    /// publish them), with the epoch and the position in it for resume.
+    /// Freezes the learner at this step (handle clones) and submits it as a background save:
+    /// its records are taken and encoded off the training thread, with the epoch and the
+    /// position in it for resume.
     fn checkpoint(&mut self, learner: &Learner<M>, epoch: usize, iteration: usize, done: bool) {
         if !self.session.should_force(self.step) {
             return;
         }
-        let Some(checkpointer) = self.checkpointer.as_mut() else {
-            return;
-        };
-        let (step, collector, store, seed) =
-            (self.step, self.collector, &self.event_store, self.seed);
+        let (step, collector, seed, read) =
+            (self.step, self.collector, self.seed, self.optimizer_read);
+        let tap = &self.tap;
         let mut target = collector;
-        let saved = self.session.save(&mut target, step, |c, _| {
-            let key = step as usize;
-            let mut meta = BTreeMap::new();
-            meta.insert(META_EPOCH_ITERATION.to_string(), iteration.into());
-            meta.insert(META_EPOCH_COMPLETE.to_string(), done.into());
-            c.annotate(key, epoch as u64, meta);
+        let saved = self.session.save(&mut target, step, |c, gate| {
             // trainer.bin: the step, the epoch (0-based) and its batches done, the seed.
             let cursor = crate::DataCursor {
                 epoch: epoch.saturating_sub(1) as u64,
                 position: iteration as u64,
                 shuffle_seed: 0,
             };
-            c.attach(
-                key,
-                crate::TRAINER_FILE,
-                crate::TrainerState::new(step, cursor, seed).to_bytes(),
-            );
-            let t0 = Instant::now();
-            checkpointer.checkpoint(learner, key, store);
-            // Training must not go on before the optimizer record is read (CubeCL reads
-            // record data lazily; see `Collector::wait_optimizer_read`).
-            c.wait_optimizer_read(key, Duration::from_secs(600))?;
-            tracing::debug!(step, handoff = ?t0.elapsed(), "checkpoint handed over");
-            Ok::<_, crate::Error>(Submitted::queued(step, Duration::ZERO))
+            let trainer = crate::TrainerState::new(step, cursor, seed);
+            let frozen =
+                FrozenState::capture_learner(learner, tap, trainer).with_optimizer_read(read);
+            c.submit_frozen(frozen, gate, |snapshot| {
+                snapshot
+                    // Burn's epoch numbering (1-based), which resume reads back.
+                    .with_epoch(epoch as u64)
+                    .with_meta("source", "ckpt-training-strategy")
+                    .with_meta(META_EPOCH_ITERATION, iteration)
+                    .with_meta(META_EPOCH_COMPLETE, done)
+                    // Resumed from an earlier step and reached this one again: swap atomically.
+                    .with_replace(true)
+            })
         });
         if let Err(e) = saved {
             self.interrupter
@@ -335,11 +338,19 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
         // restored checkpoint's manifest (its key is a step, not an epoch).
         let interrupter = training_components.interrupter.clone();
         self.report_recovery();
-        if training_components.checkpoint.is_none() && self.resume_latest {
-            match self.restore_latest(&mut learner) {
+        match training_components.checkpoint {
+            None if self.resume_latest => match self.restore_latest(&mut learner) {
                 Ok(step) => training_components.checkpoint = step,
                 Err(e) => interrupter.fail(e),
+            },
+            // `.checkpoint(n)` without checkpointers registered with Burn (this strategy saves
+            // through its own): Burn restored nothing, so the strategy does.
+            Some(step) if training_components.checkpointer.is_none() => {
+                if let Err(e) = self.restore_step(&mut learner, step) {
+                    interrupter.fail(e);
+                }
             }
+            _ => {}
         }
         let starting_epoch = match training_components.checkpoint {
             Some(step) => match self.resume_point(step) {
@@ -400,7 +411,6 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             return (learner.model(), components.event_processor);
         }
         let TrainingComponents {
-            checkpointer,
             interrupter,
             mut early_stopping,
             mut event_processor,
@@ -413,14 +423,17 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
         // Epoch ends and stops are saved whatever the frequency.
         session.enabled = true;
         let mut run = Run {
-            checkpointer,
-            event_store,
+            tap: LearnerTap::new(event_store.clone()),
             interrupter: interrupter.clone(),
             collector: &self.collector,
             session: CheckpointSession::new(session),
             step: resume.map_or(0, |p| p.step),
             seed: self.deterministic.unwrap_or(0),
+            optimizer_read: OptimizerRead::default(),
         };
+        // Where the state is device memory, an update waits until the saves' staging has given
+        // the state back (it overlaps the forward and backward passes), instead of copying it.
+        let wait_before_update = UpdateWait::default().applies_to(&self.device);
         if let Some(p) = resume {
             run.session.resumed_at(p.step);
         }
@@ -477,6 +490,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                         accumulator.accumulate(&learner.model(), out.grads);
                         accumulated += 1;
                         if n <= accumulated || item_progress.is_completed() {
+                            wait_for_saves(wait_before_update);
                             learner.lr_step();
                             learner.optimizer_step(accumulator.grads());
                             accumulated = 0;
@@ -486,6 +500,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                         }
                     }
                     None => {
+                        wait_for_saves(wait_before_update);
                         learner.lr_step();
                         learner.optimizer_step(out.grads);
                         true
@@ -540,12 +555,30 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                 run.checkpoint(&learner, epoch, iteration, true);
             }
             if let Some(es) = &mut early_stopping
-                && es.should_stop(epoch, &run.event_store)
+                && es.should_stop(epoch, &event_store)
             {
                 break;
             }
         }
         (learner.model(), event_processor)
+    }
+}
+
+/// Longest wait before an update for a save's snapshot to give the state back; past it the
+/// update copies what is still held.
+const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Before an optimizer update where `wait` says so: waits until background saves hold none
+/// of the training state (a warning when that took longer than [`UPDATE_WAIT_TIMEOUT`]).
+fn wait_for_saves(wait: bool) {
+    if wait {
+        let w = crate::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT);
+        if w.timed_out {
+            tracing::warn!(
+                still_held = w.still_pinned,
+                "a save still held training state after {UPDATE_WAIT_TIMEOUT:?}: the update copies it"
+            );
+        }
     }
 }
 

@@ -168,8 +168,11 @@ fn ls(root: &Path, json: bool) -> Result<()> {
         let rows: Vec<_> = list
             .iter()
             .map(|c| {
+                let by_epoch = c.manifest.as_ref().is_some_and(|m| m.keyed_by_epoch());
                 serde_json::json!({
-                    "step": c.step,
+                    // A checkpoint keyed by Burn's epoch number has no step.
+                    "step": (!by_epoch).then_some(c.step),
+                    "keyed_by": if by_epoch { "epoch" } else { "step" },
                     "path": c.path,
                     "bytes": c.bytes,
                     "latest": c.latest,
@@ -209,9 +212,20 @@ fn ls(root: &Path, json: bool) -> Result<()> {
             _ if c.latest => "ok (latest)".into(),
             _ => "ok".into(),
         };
+        // Burn's epoch loop keys its checkpoints by epoch: no step to show.
+        let by_epoch = c.manifest.as_ref().is_some_and(|m| m.keyed_by_epoch());
+        let step = if by_epoch {
+            "-".to_string()
+        } else {
+            c.step.to_string()
+        };
+        let status = if by_epoch {
+            format!("{status}, keyed by epoch")
+        } else {
+            status
+        };
         println!(
-            "{name:<16} {:>10} {epoch:>6} {:>10} {files:>6}  {status}",
-            c.step,
+            "{name:<16} {step:>10} {epoch:>6} {:>10} {files:>6}  {status}",
             human(c.bytes)
         );
     }

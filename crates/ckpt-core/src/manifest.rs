@@ -56,6 +56,17 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Manifest entry naming what a checkpoint's number counts where it is not optimizer
+    /// steps: `"epoch"` for a checkpoint Burn's epoch loop keyed by its epoch number.
+    pub const CHECKPOINT_KEY: &'static str = "checkpoint_key";
+
+    /// Whether the checkpoint's number is an epoch, not a step ([`Self::CHECKPOINT_KEY`]).
+    pub fn keyed_by_epoch(&self) -> bool {
+        self.meta
+            .get(Self::CHECKPOINT_KEY)
+            .is_some_and(|v| v == "epoch")
+    }
+
     /// Total bytes of the listed files.
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()

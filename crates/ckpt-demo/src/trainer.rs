@@ -503,7 +503,7 @@ fn device_in_use(device: &Device) -> Option<u64> {
 fn capture(
     target: &mut Target,
     gate: &mut ckpt_core::MemoryGate,
-    (mode, read, host): (SaveMode, OptimizerRead, bool),
+    (mode, read): (SaveMode, OptimizerRead),
     state: (&Mlp, &ModuleOptimizer, &ModuleLrScheduler),
     trainer: &TrainerState,
 ) -> Result<Submitted> {
@@ -521,19 +521,7 @@ fn capture(
                     route: SaveRoute::Blocking,
                 });
             }
-            // The optimizer record's size: the last checkpoint's bytes beyond the model
-            // (`None` before the first).
-            let model_bytes = frozen.model_bytes();
-            let optim_bytes = gate.previous_bytes().map(|b| b.saturating_sub(model_bytes));
-            let route = gate.route(frozen.memory(optim_bytes), trainer.step);
-            // Staged or held, where that choice exists: a background save of host memory.
-            let frozen = if host && route == SaveRoute::Background {
-                frozen.with_model_staging(gate.model_staging(trainer.step))
-            } else {
-                frozen
-            };
-            let outcome = e.submit(frozen.into_snapshot_waited(gate.wait_limit(), optim_bytes))?;
-            Ok(Submitted { outcome, route })
+            Ok(frozen.submit(e, gate, |snapshot| snapshot)?)
         }
         Target::Burn(b) => {
             let ev = b.save(trainer.step, model, optim, sched)?;
@@ -625,7 +613,6 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mut final_step = cfg.steps.max(start);
     let mut saved_before: Option<(u64, Option<u64>)> = None;
     let wait_before_update = cfg.update_wait.applies_to(&device);
-    let host = cfg.backend == Backend::Flex;
     if cfg.checkpointing()
         && let Some(at_capture) = cfg.optimizer_read.on(&device)
     {
@@ -684,7 +671,7 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
                 capture(
                     t,
                     gate,
-                    (cfg.save_mode, cfg.optimizer_read, host),
+                    (cfg.save_mode, cfg.optimizer_read),
                     (&model, &optim, &sched),
                     &trainer,
                 )

@@ -53,20 +53,20 @@ use burn::optim::OptimizerRecord;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Device};
-use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, CheckpointerError};
+use burn::train::checkpoint::CheckpointerError;
 use burn::train::metric::store::EventStoreClient;
 use burn::train::{
-    EventProcessorTraining, Interrupter, Learner, LearnerEvent, LearnerModel, LearningCheckpointer,
-    LearningResult, SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader,
-    TrainingComponents, TrainingItem, TrainingStrategy, ValidLoader,
+    EventProcessorTraining, Interrupter, Learner, LearnerEvent, LearnerModel, LearningResult,
+    SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents,
+    TrainingItem, TrainingStrategy, ValidLoader,
 };
-use ckpt_burn::checkpointers::AlwaysSave;
 use ckpt_burn::strategy::{train_from_epoch, valid_epoch};
-use ckpt_burn::{DataCursor, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state};
+use ckpt_burn::{
+    DataCursor, LearnerTap, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state,
+};
 use ckpt_core::{
     CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig, Submitted,
 };
-use crossbeam_channel::{Receiver, Sender};
 
 use crate::collective::{Collective, ThreadGroup};
 use crate::shards::{filter_optimizer, read_full_optimizer};
@@ -234,88 +234,6 @@ impl ZeroTrainingStrategy {
     }
 }
 
-/// Receives one kind of record from a `LearningCheckpointer` (whose checkpointers run on
-/// their own threads) and hands it to the rank.
-struct Slot<R, T> {
-    tx: Sender<std::result::Result<T, String>>,
-    convert: fn(R) -> std::result::Result<T, String>,
-}
-
-impl<R: burn::train::checkpoint::Checkpoint, T: Send + 'static> Checkpointer<R> for Slot<R, T> {
-    fn save(&self, _epoch: usize, record: R) -> std::result::Result<(), CheckpointerError> {
-        self.tx
-            .send((self.convert)(record))
-            .map_err(|_| CheckpointerError::Unknown("the rank stopped listening".into()))
-    }
-    fn delete(&self, _epoch: usize) -> std::result::Result<(), CheckpointerError> {
-        Ok(())
-    }
-    fn restore(&self, _epoch: usize) -> std::result::Result<R, CheckpointerError> {
-        Err(CheckpointerError::Unknown(
-            "ZeroTrainingStrategy restores from its own root (resume(true))".into(),
-        ))
-    }
-}
-
-struct Records<M: LearnerModel> {
-    checkpointer: LearningCheckpointer<M>,
-    optim: Receiver<std::result::Result<OptimShard, String>>,
-    sched: Receiver<std::result::Result<LrSchedulerRecord, String>>,
-    model: Receiver<std::result::Result<(), String>>,
-}
-
-impl<M: LearnerModel> Records<M> {
-    fn new() -> Self {
-        let (mtx, model) = crossbeam_channel::bounded(1);
-        let (otx, optim) = crossbeam_channel::bounded(1);
-        let (stx, sched) = crossbeam_channel::bounded(1);
-        let m: Slot<ModuleRecord, ()> = Slot {
-            tx: mtx,
-            convert: |_| Ok(()),
-        };
-        let o: Slot<OptimizerRecord, OptimShard> = Slot {
-            tx: otx,
-            convert: |r| OptimShard::from_record(r).map_err(|e| e.to_string()),
-        };
-        let s: Slot<LrSchedulerRecord, LrSchedulerRecord> = Slot {
-            tx: stx,
-            convert: Ok,
-        };
-        Self {
-            checkpointer: LearningCheckpointer::new(
-                AsyncCheckpointer::new(m),
-                AsyncCheckpointer::new(o),
-                AsyncCheckpointer::new(s),
-                Box::new(AlwaysSave),
-            ),
-            optim,
-            sched,
-            model,
-        }
-    }
-
-    /// The rank's records at this step boundary (built and encoded before returning).
-    fn take(
-        &mut self,
-        learner: &Learner<M>,
-        key: usize,
-        store: &EventStoreClient,
-    ) -> Result<(OptimShard, LrSchedulerRecord)> {
-        self.checkpointer.checkpoint(learner, key, store);
-        fn got<T>(
-            what: &str,
-            r: std::result::Result<std::result::Result<T, String>, crossbeam_channel::RecvError>,
-        ) -> Result<T> {
-            r.map_err(|_| Error::Config(format!("Burn's checkpointer lost the {what} record")))?
-                .map_err(Error::Config)
-        }
-        got("model", self.model.recv())?;
-        let optim = got("optimizer", self.optim.recv())?;
-        let sched = got("scheduler", self.sched.recv())?;
-        Ok((optim, sched))
-    }
-}
-
 /// What rank 0 needs that the other ranks do not have.
 struct Leader<'a, M: LearnerModel> {
     events: &'a mut SupervisedTrainingEventProcessor<M>,
@@ -325,8 +243,8 @@ struct Leader<'a, M: LearnerModel> {
 struct RankRun<M: LearnerModel> {
     zero: Zero1,
     saver: Option<ShardedSaver<M>>,
-    records: Records<M>,
-    store: Arc<EventStoreClient>,
+    /// Reads Burn's optimizer and scheduler records of the rank's learner.
+    records: LearnerTap<M>,
     session: CheckpointSession,
     seed: u64,
     deterministic: Option<u64>,
@@ -434,14 +352,18 @@ impl<M: LearnerModel> RankRun<M> {
             if let Some(saver) = self.saver.as_mut() {
                 if b.save {
                     let (step, rank, seed) = (self.step, self.rank, self.seed);
-                    let (records, store) = (&mut self.records, &self.store);
+                    let records = &self.records;
                     let cursor = DataCursor {
                         epoch: epoch as u64,
                         position: iteration as u64,
                         shuffle_seed: seed,
                     };
                     self.session.save(saver, step, |saver, _| {
-                        let (optim, scheduler) = records.take(learner, step as usize, store)?;
+                        // Burn's records of this rank's learner, taken here (ckpt_burn's tap).
+                        let (optim, scheduler) = records
+                            .records(learner)
+                            .map_err(|e| Error::Config(format!("step {step}: {e}")))?;
+                        let optim = OptimShard::from_record(optim)?;
                         saver.submit(ShardJob {
                             model: (rank == 0).then(|| learner.model()),
                             optim,
@@ -509,8 +431,7 @@ fn run_rank<M: LearnerModel>(
     let mut run = RankRun {
         zero,
         saver,
-        records: Records::new(),
-        store,
+        records: LearnerTap::new(store),
         session,
         seed,
         deterministic: strategy.deterministic,

@@ -1,0 +1,177 @@
+//! The optimizer and scheduler records of a Burn [`Learner`], taken off the training thread.
+//!
+//! Burn 0.22.1's `Learner` keeps its optimizer and LR scheduler private: the only public code
+//! that reads them is `LearningCheckpointer::checkpoint(&learner, ..)`, which builds the three
+//! records on the calling thread (`optim.to_record()` copies every optimizer moment). But
+//! `Learner` is `Clone`, and a clone is handle clones (copy-on-write tensors, value-type
+//! scheduler state): a clone taken at a step boundary keeps that step's state however far
+//! training goes on. [`LearnerTap`] owns a `LearningCheckpointer` of its own whose
+//! checkpointers only catch the records it hands them, so the records of such a clone can be
+//! taken later, on a staging thread: the training thread pays for the clone only.
+//!
+//! Ruled out, read in burn-train 0.22.1: `Learner`'s fields are private and it has no
+//! accessor for the optimizer or scheduler (`load_optim`/`load_scheduler` only write);
+//! `LearningCheckpointer` is the one public reader, and `LearningCheckpointer::new` and
+//! `AsyncCheckpointer::new` are public, so a strategy needs no checkpointer from the user.
+//! That call also builds the model's record (`model.clone().into_record()`, a copy of the
+//! model's tensors); the tap drops it as it arrives: the model is written from the snapshot's
+//! own handles ([`crate::FrozenState`]), byte-identical to that record.
+
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use burn::optim::OptimizerRecord;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::store::ModuleRecord;
+use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, CheckpointerError};
+use burn::train::metric::store::EventStoreClient;
+use burn::train::{Learner, LearnerModel, LearningCheckpointer};
+
+use crate::capture::OptimizerSource;
+use crate::checkpointers::AlwaysSave;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Longest wait for Burn's checkpointer threads to hand over a learner's records.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A checkpointer that hands the record Burn gives it to the tap (a model record is dropped:
+/// the model is written from the snapshot's own handles).
+struct Catch<R> {
+    tx: SyncSender<R>,
+}
+
+/// `Checkpointer<R>` for each record kind a [`Catch`] passes on.
+macro_rules! catch {
+    ($rec:ty) => {
+        impl Checkpointer<$rec> for Catch<$rec> {
+            fn save(&self, _key: usize, record: $rec) -> Result<(), CheckpointerError> {
+                self.tx
+                    .send(record)
+                    .map_err(|_| CheckpointerError::Unknown("the record tap is gone".into()))
+            }
+            fn delete(&self, _key: usize) -> Result<(), CheckpointerError> {
+                Ok(())
+            }
+            fn restore(&self, _key: usize) -> Result<$rec, CheckpointerError> {
+                Err(CheckpointerError::Unknown(
+                    "the record tap restores nothing".into(),
+                ))
+            }
+        }
+    };
+}
+catch!(OptimizerRecord);
+catch!(LrSchedulerRecord);
+
+impl Checkpointer<ModuleRecord> for Catch<()> {
+    fn save(&self, _key: usize, record: ModuleRecord) -> Result<(), CheckpointerError> {
+        drop(record);
+        self.tx
+            .send(())
+            .map_err(|_| CheckpointerError::Unknown("the record tap is gone".into()))
+    }
+    fn delete(&self, _key: usize) -> Result<(), CheckpointerError> {
+        Ok(())
+    }
+    fn restore(&self, _key: usize) -> Result<ModuleRecord, CheckpointerError> {
+        Err(CheckpointerError::Unknown(
+            "the record tap restores nothing".into(),
+        ))
+    }
+}
+
+/// Burn's checkpointer with the receiving ends of its three catchers, driven one call at a
+/// time.
+struct Tap<M: LearnerModel> {
+    checkpointer: LearningCheckpointer<M>,
+    model: Receiver<()>,
+    optim: Receiver<OptimizerRecord>,
+    scheduler: Receiver<LrSchedulerRecord>,
+}
+
+struct TapInner<M: LearnerModel> {
+    tap: Mutex<Tap<M>>,
+    /// The event store its strategy is given (ours, [`AlwaysSave`], reads nothing of it).
+    store: Arc<EventStoreClient>,
+}
+
+/// Takes the optimizer and scheduler records of a [`Learner`] (see the module docs). Cheap to
+/// clone; Burn's three checkpointer threads end when the last clone is dropped.
+pub struct LearnerTap<M: LearnerModel> {
+    inner: Arc<TapInner<M>>,
+}
+
+impl<M: LearnerModel> Clone for LearnerTap<M> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<M: LearnerModel> std::fmt::Debug for LearnerTap<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LearnerTap").finish_non_exhaustive()
+    }
+}
+
+/// The record `rx` receives within [`HANDOVER_TIMEOUT`].
+fn handed<T>(rx: &Receiver<T>, what: &str) -> Result<T, BoxError> {
+    rx.recv_timeout(HANDOVER_TIMEOUT).map_err(|e| {
+        format!("Burn's checkpointer did not hand over the learner's {what} record: {e}").into()
+    })
+}
+
+impl<M: LearnerModel> LearnerTap<M> {
+    /// A tap handing `store` to Burn's checkpointer (which only passes it to its strategy).
+    pub fn new(store: Arc<EventStoreClient>) -> Self {
+        let (mtx, model) = sync_channel(1);
+        let (otx, optim) = sync_channel(1);
+        let (stx, scheduler) = sync_channel(1);
+        let checkpointer = LearningCheckpointer::new(
+            AsyncCheckpointer::new(Catch { tx: mtx }),
+            AsyncCheckpointer::new(Catch { tx: otx }),
+            AsyncCheckpointer::new(Catch { tx: stx }),
+            Box::new(AlwaysSave),
+        );
+        Self {
+            inner: Arc::new(TapInner {
+                tap: Mutex::new(Tap {
+                    checkpointer,
+                    model,
+                    optim,
+                    scheduler,
+                }),
+                store,
+            }),
+        }
+    }
+
+    /// The optimizer and scheduler records of `learner`, built now on the calling thread.
+    pub fn records(
+        &self,
+        learner: &Learner<M>,
+    ) -> Result<(OptimizerRecord, LrSchedulerRecord), BoxError> {
+        let mut tap = self.inner.tap.lock().unwrap_or_else(|e| e.into_inner());
+        tap.checkpointer.checkpoint(learner, 0, &self.inner.store);
+        handed(&tap.model, "model")?;
+        let optim = handed(&tap.optim, "optimizer")?;
+        let scheduler = handed(&tap.scheduler, "scheduler")?;
+        Ok((optim, scheduler))
+    }
+}
+
+/// A learner frozen at a step boundary (a clone: handle clones) with the tap that reads it.
+pub(crate) struct FrozenLearner<M: LearnerModel> {
+    pub(crate) learner: Learner<M>,
+    pub(crate) tap: LearnerTap<M>,
+}
+
+impl<M: LearnerModel> OptimizerSource for FrozenLearner<M> {
+    fn records(&self) -> Result<(OptimizerRecord, Option<LrSchedulerRecord>), BoxError> {
+        let (optim, scheduler) = self.tap.records(&self.learner)?;
+        Ok((optim, Some(scheduler)))
+    }
+}

@@ -1,0 +1,154 @@
+//! `CheckpointManager`: a loop of one's own with the README's few lines checkpoints on policy,
+//! resumes exactly, keeps the newest checkpoints, and never writes into a root of an earlier
+//! run it did not resume.
+
+use std::path::Path;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::{AdamWConfig, ModuleOptimizer};
+use burn::tensor::Device;
+use burn::train::TrainStep;
+use ckpt_burn::{CheckpointManager, DataCursor, Error, MODEL_FILE, ManagerConfig, OPTIM_FILE};
+use ckpt_core::checkpoint_dir_name;
+use test_support::tiny::{Tiny, TinyBatcher, data};
+
+/// The training state of a loop of one's own.
+struct State {
+    device: Device,
+    model: Tiny,
+    optim: ModuleOptimizer,
+    sched: ModuleLrScheduler,
+}
+
+impl State {
+    fn new(model: &Tiny, device: &Device) -> Self {
+        Self {
+            device: device.clone(),
+            model: model.clone(),
+            optim: AdamWConfig::new().init(),
+            sched: CosineAnnealingLrSchedulerConfig::new(1e-2, 100)
+                .init()
+                .unwrap(),
+        }
+    }
+
+    /// Step `step`: a fixed batch of 16 samples chosen by the step (no randomness).
+    fn train(&mut self, step: u64) {
+        let items = data();
+        let at = (step as usize * 16) % items.len();
+        let batch = TinyBatcher.batch(items[at..at + 16].to_vec(), &self.device);
+        let out = TrainStep::step(&self.model, batch);
+        let grads = out.grads;
+        let lr = self.sched.step();
+        self.model = self.optim.step(lr, self.model.clone(), grads);
+    }
+}
+
+/// A loop of one's own with the README's lines, up to `steps`.
+fn run(init: &Tiny, config: ManagerConfig, steps: u64) -> Result<(), Error> {
+    let device = Device::flex().autodiff();
+    let mut st = State::new(init, &device);
+    // The lines a user writes:
+    let mut ckpt = CheckpointManager::open(config)?;
+    let start = ckpt
+        .resume(&mut st.model, &mut st.optim, &mut st.sched)?
+        .map_or(0, |t| t.step);
+    for step in start + 1..=steps {
+        st.train(step);
+        if ckpt.step(step, &st.model, &st.optim, &st.sched, DataCursor::default())? {
+            break;
+        }
+    }
+    ckpt.finish()?;
+    Ok(())
+}
+
+fn steps(root: &Path) -> Vec<u64> {
+    ckpt_core::list_checkpoints(root, true)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect()
+}
+
+fn file(root: &Path, step: u64, name: &str) -> Vec<u8> {
+    std::fs::read(root.join(checkpoint_dir_name(step)).join(name)).unwrap()
+}
+
+#[test]
+fn a_custom_loop_checkpoints_on_policy_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let init = Tiny::seeded(&device, 3);
+
+    let full = tmp.path().join("full");
+    let cfg = |root: &Path, end| {
+        ManagerConfig::new(root)
+            .every_steps(3)
+            .end_step(end)
+            .keep_last(None)
+    };
+    run(&init, cfg(&full, 8), 8).unwrap();
+    // Every 3 steps, and the last one.
+    assert_eq!(steps(&full), vec![3, 6, 8]);
+
+    // A run that stopped at step 5, resumed to 8: the same files as the uninterrupted run.
+    let cut = tmp.path().join("cut");
+    run(&init, cfg(&cut, 5), 5).unwrap();
+    assert_eq!(steps(&cut), vec![3, 5]);
+    run(&init, cfg(&cut, 8), 8).unwrap();
+    assert!(steps(&cut).ends_with(&[8]), "{:?}", steps(&cut));
+    for name in [MODEL_FILE, OPTIM_FILE] {
+        assert!(
+            file(&full, 8, name) == file(&cut, 8, name),
+            "{name} of the resumed run differs"
+        );
+    }
+
+    // By default the newest 3 are kept.
+    let kept = tmp.path().join("kept");
+    run(
+        &init,
+        ManagerConfig::new(&kept).every_steps(1).end_step(6),
+        6,
+    )
+    .unwrap();
+    assert_eq!(steps(&kept), vec![4, 5, 6]);
+}
+
+#[test]
+fn a_used_root_is_refused_unless_resumed_or_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let init = Tiny::seeded(&device, 4);
+    let root = tmp.path().join("ckpt");
+    let cfg = || ManagerConfig::new(&root).every_steps(2).end_step(4);
+    run(&init, cfg(), 4).unwrap();
+    let before = steps(&root);
+    assert_eq!(before, vec![2, 4]);
+
+    // A fresh loop (no resume) in that root: refused at its first save, nothing replaced.
+    let mut st = State::new(&init, &device);
+    let mut ckpt = CheckpointManager::open(cfg()).unwrap();
+    st.train(1);
+    let err = ckpt
+        .step(1, &st.model, &st.optim, &st.sched, DataCursor::default())
+        .unwrap_err();
+    assert!(matches!(err, Error::UsedRoot { newest: 4, .. }), "{err}");
+    drop(ckpt);
+    assert_eq!(steps(&root), before);
+
+    // Overwrite: the old run's checkpoints are moved aside, the new run saves.
+    run(&init, cfg().overwrite(true).end_step(2), 2).unwrap();
+    assert_eq!(steps(&root), vec![2]);
+    assert!(
+        std::fs::read_dir(&root).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".rewound-")),
+        "the old checkpoints were not kept aside"
+    );
+}
