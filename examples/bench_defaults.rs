@@ -44,6 +44,10 @@ mod stats;
 
 use stats::num;
 
+// The learner route's section.
+#[path = "bench_report/learner.rs"]
+mod learner;
+
 /// Flags.
 #[derive(Parser, Debug)]
 #[command(about = "The example trainer with default flags against Burn's checkpointer")]
@@ -76,6 +80,16 @@ struct Args {
     /// A line about the machine for the report's header (for example the GPU a run used).
     #[arg(long)]
     note: Option<String>,
+    /// Learner-route sizes (100mb, 1gb, 4gb; '' for none): `learner_bench` with the README's
+    /// learner lines against Burn's checkpointer.
+    #[arg(long, value_delimiter = ',', default_value = "100mb,1gb")]
+    learner_sizes: Vec<String>,
+    /// Rounds of (off, ours, Burn) per learner size.
+    #[arg(long, default_value_t = 2)]
+    learner_passes: usize,
+    /// The `learner_bench` binary. Default: beside this binary.
+    #[arg(long)]
+    learner: Option<PathBuf>,
 }
 
 /// The CubeCL runs, in order: no checkpoints, ours with default flags (on wgpu the save call
@@ -442,6 +456,27 @@ fn main() -> Result<()> {
             })
             .collect::<Result<_>>()?
     };
+    let learner_shapes: Vec<&learner::LearnerShape> = args
+        .learner_sizes
+        .iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            learner::LEARNER_SHAPES
+                .iter()
+                .find(|s| s.label == l)
+                .with_context(|| format!("unknown learner size {l:?}: one of 100mb, 1gb, 4gb"))
+        })
+        .collect::<Result<_>>()?;
+    let learner_bin = match &args.learner {
+        Some(b) => b.clone(),
+        None => here.with_file_name("learner_bench"),
+    };
+    if !learner_shapes.is_empty() && !learner_bin.exists() {
+        bail!(
+            "no learner program at {}: build it first (`cargo build --release --example learner_bench`) or pass --learner",
+            learner_bin.display()
+        );
+    }
     let with_budgets = shapes.iter().any(|s| s.label == "1gb");
     let total = shapes.len() as u64 * 4
         + 2 * shapes
@@ -449,6 +484,7 @@ fn main() -> Result<()> {
             .filter(|s| STAGING_SIZES.contains(&s.label))
             .count() as u64
         + (cubecl_shapes.len() * CUBECL_RUNS.len()) as u64
+        + learner_shapes.len() as u64 * learner::runs_per_size(args.learner_passes)
         + if with_budgets {
             budgets.len() as u64 + 3
         } else {
@@ -559,6 +595,14 @@ fn main() -> Result<()> {
         .into_iter()
         .map(|shape| (shape, cubecl_runs(&train, &dir, shape, &bar)))
         .collect();
+    let mut learner_runs = Vec::new();
+    for shape in &learner_shapes {
+        let runs = learner::measure(&learner_bin, &dir, shape, args.learner_passes, |m| {
+            bar.set_message(m.to_string());
+            bar.inc(1);
+        })?;
+        learner_runs.push((*shape, runs));
+    }
     bar.finish_and_clear();
     let load_after = machine::loadavg();
     let provenance = Provenance {
@@ -572,6 +616,9 @@ fn main() -> Result<()> {
     } else {
         markdown(&results, &provenance)
     };
+    if !learner_runs.is_empty() {
+        md.push_str(&learner::markdown(&learner_runs));
+    }
     if !cubecl.is_empty() {
         md.push_str(CUBECL_INTRO);
     }
@@ -598,6 +645,7 @@ fn main() -> Result<()> {
         })
         .collect();
     json["cubecl"] = Value::Array(cubecl_json);
+    json["learner"] = learner::to_json(&learner_runs);
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     println!(
         "wrote {} and {} in {:.1} min",

@@ -16,7 +16,7 @@ use burn::tensor::Device;
 use burn::train::{LearningResult, SupervisedTraining, metric::LossMetric};
 use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
 use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
-use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
+use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, backend_rng_lock};
 use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
 use test_support::fs::{rewound_entries, verified_steps};
 use test_support::tiny::{Tiny, learner, loaders};
@@ -39,6 +39,9 @@ fn train(dir: &Path, epochs: usize, resume: Option<usize>) -> LearningResult<Tin
     if let Some(epoch) = resume {
         training = training.checkpoint(epoch);
     }
+    // Its weights are drawn at the first forward pass, outside any seeding: see
+    // `train_steps_full`.
+    let _rng = backend_rng_lock();
     let result = training.launch(learner(Tiny::new(&device)));
     ckpt.finish().unwrap();
     result
@@ -77,6 +80,15 @@ fn custom_checkpointers_publish_one_atomic_dir_per_epoch_and_resume() {
     let list = ckpt_core::list_checkpoints(&root, true).unwrap();
     let steps: Vec<u64> = list.iter().map(|c| c.step).collect();
     assert_eq!(steps, vec![1, 2]);
+    // Burn's epoch loop keys these by epoch, and their manifests say so (`ckpt ls` shows no
+    // step for them).
+    for c in &list {
+        assert!(
+            c.manifest.as_ref().is_some_and(|m| m.keyed_by_epoch()),
+            "{} is not marked as keyed by epoch",
+            c.path.display()
+        );
+    }
     assert_published(&root, 1);
     assert_published(&root, 2);
     assert_eq!(
@@ -202,6 +214,14 @@ fn train_steps_full(
         training = training.checkpoint(step);
     }
     let model = Tiny::with_dropout(&device, random.map_or(0.0, |r| r.dropout));
+    // Burn's backend RNG is global to the process: a run that draws from it outside the
+    // deterministic mode (its lazily initialized weights at the first forward pass, dropout
+    // masks) holds the lock while it trains, so that its draws never land between another
+    // test's seeding and that test's pass (which hold it).
+    let _rng = random
+        .and_then(|r| r.deterministic)
+        .is_none()
+        .then(backend_rng_lock);
     let result = training.launch(learner(model));
     ckpt.finish().unwrap();
     result
@@ -233,6 +253,10 @@ fn strategy_checkpoints_at_step_boundaries_and_resumes_mid_epoch_exactly() {
     }
     let m6 = ckpt_core::verify_checkpoint(&root.join(checkpoint_dir_name(6))).unwrap();
     assert_eq!(m6.meta[META_EPOCH_COMPLETE], false);
+    assert!(
+        !m6.keyed_by_epoch(),
+        "the strategy's checkpoints are keyed by step"
+    );
     // trainer.bin: step 6 is 2 batches into epoch 2 (0-based 1).
     let t6 = burn_ckpt::ckpt_burn::load_trainer_state(&root.join(checkpoint_dir_name(6))).unwrap();
     assert_eq!((t6.step, t6.epoch, t6.cursor.position), (6, 1, 2));

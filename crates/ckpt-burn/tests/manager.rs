@@ -107,6 +107,14 @@ fn a_custom_loop_checkpoints_on_policy_and_resumes_exactly() {
         );
     }
 
+    // The optimizer's record went through a scratch file in the root (Flex): none is left.
+    let left: Vec<String> = std::fs::read_dir(&full)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "scratch files left in the root: {left:?}");
+
     // By default the newest 3 are kept.
     let kept = tmp.path().join("kept");
     run(
@@ -125,7 +133,12 @@ fn a_used_root_is_refused_unless_resumed_or_overwritten() {
     let init = Tiny::seeded(&device, 4);
     let root = tmp.path().join("ckpt");
     let cfg = || ManagerConfig::new(&root).every_steps(2).end_step(4);
+    // A scratch file a crash left behind is removed when the root is opened.
+    std::fs::create_dir_all(&root).unwrap();
+    let stale = root.join(".tmp-optim-00000002-1-0.bpk");
+    std::fs::write(&stale, b"half a record").unwrap();
     run(&init, cfg(), 4).unwrap();
+    assert!(!stale.exists(), "a stale scratch file survived the open");
     let before = steps(&root);
     assert_eq!(before, vec![2, 4]);
 

@@ -107,3 +107,51 @@ fn bad_input_gives_clear_errors() {
     assert_eq!(code, 1);
     assert!(err.contains("manifest.json"), "{err}");
 }
+
+#[test]
+fn ls_tells_epoch_keyed_checkpoints_from_step_keyed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (mut e, _) = Engine::open(EngineConfig::new(root)).unwrap();
+    // Burn's epoch loop through `CkptCheckpointers`: the key is epoch 2.
+    e.submit(
+        Snapshot::new(2)
+            .with_epoch(2)
+            .with_meta(ckpt_core::Manifest::CHECKPOINT_KEY, "epoch")
+            .with_bytes("model.bpk", vec![1; 10]),
+    )
+    .unwrap();
+    e.submit(
+        Snapshot::new(40)
+            .with_epoch(3)
+            .with_bytes("model.bpk", vec![2; 10]),
+    )
+    .unwrap();
+    e.finish().unwrap();
+    let r = root.to_str().unwrap();
+    let (code, out, _) = ckpt(&["ls", r]);
+    assert_eq!(code, 0);
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{out}"))
+            .to_string()
+    };
+    let epoch_row = row("step-00000002");
+    assert!(
+        epoch_row.split_whitespace().nth(1) == Some("-") && epoch_row.contains("keyed by epoch"),
+        "{epoch_row}"
+    );
+    let step_row = row("step-00000040");
+    assert!(
+        step_row.split_whitespace().nth(1) == Some("40") && !step_row.contains("epoch"),
+        "{step_row}"
+    );
+    let (_, out, _) = ckpt(&["ls", r, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["step"], serde_json::Value::Null);
+    assert_eq!(v[0]["keyed_by"], "epoch");
+    assert_eq!(v[0]["epoch"], 2);
+    assert_eq!(v[1]["step"], 40);
+    assert_eq!(v[1]["keyed_by"], "step");
+}

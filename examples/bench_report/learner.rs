@@ -1,0 +1,282 @@
+//! The report's learner section: the route users adopt. `learner_bench` (a plain Burn
+//! program with `SupervisedTraining`) with the README's learner lines, against the same program
+//! with Burn's own checkpointer saving at the same steps (each epoch's end) and without
+//! checkpoints, interleaved, each run a separate process (peak RSS from `wait4`).
+
+use std::fs::File;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+/// One size of the learner section.
+pub(crate) struct LearnerShape {
+    pub(crate) label: &'static str,
+    hidden: u32,
+    layers: u32,
+    epochs: u32,
+    steps_per_epoch: u32,
+}
+
+/// `layers * hidden^2` parameters (plus biases), times 12 bytes (weights and AdamW's moments).
+pub(crate) const LEARNER_SHAPES: [LearnerShape; 3] = [
+    LearnerShape {
+        label: "100mb",
+        hidden: 1024,
+        layers: 8,
+        epochs: 4,
+        steps_per_epoch: 8,
+    },
+    LearnerShape {
+        label: "1gb",
+        hidden: 4096,
+        layers: 5,
+        epochs: 3,
+        steps_per_epoch: 4,
+    },
+    LearnerShape {
+        label: "4gb",
+        hidden: 4096,
+        layers: 20,
+        epochs: 3,
+        steps_per_epoch: 4,
+    },
+];
+
+/// One `learner_bench` process.
+pub(crate) struct LearnerRun {
+    mode: String,
+    wall_s: f64,
+    peak_rss: u64,
+    report: Value,
+}
+
+impl LearnerRun {
+    fn starts(&self) -> Vec<f64> {
+        self.report["step_starts_s"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default()
+    }
+
+    /// The gap between the start of step `s` (1-based) and the next step's start, where the
+    /// run's step `s` has a following step.
+    fn gap_after(&self, s: usize) -> Option<f64> {
+        let t = self.starts();
+        Some(t.get(s)? - t.get(s - 1)?)
+    }
+
+    fn saved(&self) -> Vec<usize> {
+        self.report["saved_steps"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_u64().map(|v| v as usize))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn state_bytes(&self) -> f64 {
+        self.report["state_bytes"].as_f64().unwrap_or(f64::NAN)
+    }
+}
+
+fn run(
+    bin: &Path,
+    dir: &Path,
+    shape: &LearnerShape,
+    mode: &str,
+    pass: usize,
+) -> Result<LearnerRun> {
+    let root = dir.join(format!("learner-{}-{mode}-{pass}", shape.label));
+    let report_path = dir.join(format!("learner-{}-{mode}-{pass}.json", shape.label));
+    let log_path = dir.join(format!("learner-{}-{mode}-{pass}.log", shape.label));
+    let log =
+        File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let child = Command::new(bin)
+        .args(["--mode", mode])
+        .args(["--hidden", &shape.hidden.to_string()])
+        .args(["--layers", &shape.layers.to_string()])
+        .args(["--epochs", &shape.epochs.to_string()])
+        .args(["--steps-per-epoch", &shape.steps_per_epoch.to_string()])
+        .arg("--dir")
+        .arg(&root)
+        .arg("--report")
+        .arg(&report_path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let (status, peak_rss) = super::wait4(child.id())?;
+    let _ = std::fs::remove_dir_all(&root);
+    if status != 0 {
+        bail!(
+            "learner {} {mode} exited with status {status} (log {})",
+            shape.label,
+            log_path.display()
+        );
+    }
+    let report: Value = serde_json::from_slice(&std::fs::read(&report_path)?)
+        .with_context(|| format!("parsing {}", report_path.display()))?;
+    Ok(LearnerRun {
+        mode: mode.to_string(),
+        wall_s: report["wall_s"].as_f64().unwrap_or(f64::NAN),
+        peak_rss,
+        report,
+    })
+}
+
+/// Runs one size: `passes` rounds of (off, ours, burn), then off once more.
+pub(crate) fn measure(
+    bin: &Path,
+    dir: &Path,
+    shape: &LearnerShape,
+    passes: usize,
+    mut tick: impl FnMut(&str),
+) -> Result<Vec<LearnerRun>> {
+    let mut runs = Vec::new();
+    for pass in 0..passes {
+        for mode in ["off", "ours", "burn"] {
+            tick(&format!("learner {} {mode} {pass}", shape.label));
+            runs.push(run(bin, dir, shape, mode, pass)?);
+        }
+    }
+    tick(&format!("learner {} off {passes}", shape.label));
+    runs.push(run(bin, dir, shape, "off", passes)?);
+    Ok(runs)
+}
+
+/// Runs per size of [`measure`].
+pub(crate) fn runs_per_size(passes: usize) -> u64 {
+    3 * passes as u64 + 1
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// What one mode measured at one size, over its passes.
+struct Figures {
+    /// Median over saves (and passes) of the step gap spanning the save minus the baselines'
+    /// median gap at that step, in seconds.
+    stall: f64,
+    /// Per pass: (wall - mean baseline wall) / saves, in seconds.
+    lost: Vec<f64>,
+    /// Per pass: peak RSS minus the mean of the baselines', in bytes.
+    extra_rss: Vec<f64>,
+}
+
+fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
+    let base: Vec<&LearnerRun> = runs.iter().filter(|r| r.mode == "off").collect();
+    let base_wall = base.iter().map(|r| r.wall_s).sum::<f64>() / base.len().max(1) as f64;
+    let base_rss = base.iter().map(|r| r.peak_rss as f64).sum::<f64>() / base.len().max(1) as f64;
+    let mut stalls = Vec::new();
+    let mut lost = Vec::new();
+    let mut extra_rss = Vec::new();
+    for r in runs.iter().filter(|r| r.mode == mode) {
+        let saved = r.saved();
+        for &s in &saved {
+            let (Some(gap), mut base_gaps) = (
+                r.gap_after(s),
+                base.iter()
+                    .filter_map(|b| b.gap_after(s))
+                    .collect::<Vec<_>>(),
+            ) else {
+                continue;
+            };
+            if !base_gaps.is_empty() {
+                stalls.push(gap - median(&mut base_gaps));
+            }
+        }
+        lost.push((r.wall_s - base_wall) / saved.len().max(1) as f64);
+        extra_rss.push(r.peak_rss as f64 - base_rss);
+    }
+    Figures {
+        stall: median(&mut stalls),
+        lost,
+        extra_rss,
+    }
+}
+
+fn range(v: &[f64], f: impl Fn(f64) -> String) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() < 2 || (hi - lo).abs() < 1e-9 {
+        f(lo)
+    } else {
+        format!("{}..{}", f(lo), f(hi))
+    }
+}
+
+/// The section's Markdown for the sizes measured.
+pub(crate) fn markdown(sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> String {
+    let mut o = String::from(
+        "## The learner route (`SupervisedTraining` with the README's lines)\n\n\
+         `examples/learner_bench.rs`: a plain Burn program (an MLP of Linear(h, h) layers, AdamW, \
+         Burn's shuffled `DataLoaderBuilder`, batches of 8, one validation batch), with the \
+         README's learner lines (*ours*: `CkptTrainingStrategy`, every epoch's steps, \
+         `.resume_latest().deterministic(42)`, keep 3), against the same program with Burn's \
+         `with_default_checkpointers()` (*Burn*), which saves at each epoch's end: the same \
+         steps. Default settings. Interleaved with runs without checkpoints (*off*). *Stall per \
+         save*: the gap between the start of the saved step and the next one, minus the median \
+         gap of the runs without checkpoints at that step (validation is in both), median over \
+         saves that training followed. *Lost per save*: wall time (the last save durable) minus \
+         the mean of the runs without checkpoints, over the saves. *Extra peak RSS*: peak RSS \
+         minus the mean of the runs without checkpoints, against the state (weights + AdamW's \
+         moments).\n\n\
+         | size | state | stall per save, ours / Burn | ratio | lost per save, ours / Burn | ratio (median) | extra peak RSS, ours / Burn (x state) |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for (shape, runs) in sizes {
+        let state = runs.first().map_or(f64::NAN, LearnerRun::state_bytes);
+        let ours = figures(runs, "ours");
+        let burn = figures(runs, "burn");
+        let (mut lo, mut lb) = (ours.lost.clone(), burn.lost.clone());
+        let ratio_lost = median(&mut lo) / median(&mut lb);
+        let x = |b: f64| format!("{:.2}", b / state);
+        let stall_ratio = if ours.stall > 0.0 {
+            format!("1/{:.0}", burn.stall / ours.stall)
+        } else {
+            "ours in the noise (<= 0)".to_string()
+        };
+        o.push_str(&format!(
+            "| {} | {:.0} MB | {:.1} ms / {:.1} ms | {stall_ratio} | {} s / {} s | {:.2} | {} / {} |\n",
+            shape.label,
+            state / 1e6,
+            ours.stall * 1e3,
+            burn.stall * 1e3,
+            range(&ours.lost, |v| format!("{v:.2}")),
+            range(&burn.lost, |v| format!("{v:.2}")),
+            ratio_lost,
+            range(&ours.extra_rss, x),
+            range(&burn.extra_rss, x),
+        ));
+    }
+    o.push('\n');
+    o
+}
+
+/// The section's runs as JSON.
+pub(crate) fn to_json(sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> Value {
+    Value::Array(
+        sizes
+            .iter()
+            .map(|(shape, runs)| {
+                json!({
+                    "size": shape.label,
+                    "runs": runs.iter().map(|r| json!({
+                        "mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}

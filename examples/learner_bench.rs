@@ -1,0 +1,250 @@
+//! A plain Burn program, as a user writes one: an MLP of `--layers` Linear(`--hidden`,
+//! `--hidden`) layers, AdamW, Burn's shuffled `DataLoaderBuilder`, `SupervisedTraining`. With
+//! `--mode ours` it adds the README's learner lines (`CkptTrainingStrategy`, saving every
+//! `--steps-per-epoch` steps and at each epoch's end); with `--mode burn` Burn's own
+//! checkpointer (`with_default_checkpointers`, which saves at each epoch's end: the same
+//! steps); with `--mode off` no checkpoints. `bench_defaults` runs it for the report's learner
+//! section; it writes `--report FILE.json`: the wall time (to the last save durable), the
+//! time at which each training step started (gaps spanning a save, against the same gaps of a
+//! run without checkpoints, are that save's stall), the steps saved.
+//!
+//! ```text
+//! cargo run --release --example learner_bench -- --mode ours --hidden 1024 --layers 8
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::module::Module;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::AdamWConfig;
+use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::tensor::{Device, Tensor};
+use burn::train::{
+    InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
+};
+use burn_ckpt::ckpt_burn::checkpointers::CkptCheckpointers;
+use burn_ckpt::ckpt_burn::strategy::CkptTrainingStrategy;
+use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, Retention};
+use clap::Parser;
+
+/// Flags.
+#[derive(Parser, Debug)]
+struct Args {
+    /// `ours` (the README's learner lines), `burn` (Burn's checkpointer) or `off`.
+    #[arg(long, default_value = "ours")]
+    mode: String,
+    /// Width of each layer.
+    #[arg(long, default_value_t = 1024)]
+    hidden: usize,
+    /// Linear layers.
+    #[arg(long, default_value_t = 8)]
+    layers: usize,
+    /// Epochs (one save at the end of each).
+    #[arg(long, default_value_t = 4)]
+    epochs: usize,
+    /// Optimizer steps per epoch (batches of 8).
+    #[arg(long, default_value_t = 8)]
+    steps_per_epoch: usize,
+    /// Where the run writes (its checkpoints, Burn's logs).
+    #[arg(long, default_value = "runs/learner-bench")]
+    dir: PathBuf,
+    /// The JSON report.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+/// When each training step started.
+static STEP_STARTS: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+
+/// Layers of Linear(hidden, hidden) with ReLUs between.
+#[derive(Module, Debug)]
+struct Mlp {
+    layers: Vec<Linear>,
+    act: Relu,
+}
+
+#[derive(Clone, Debug)]
+struct Batch {
+    x: Tensor<2>,
+    y: Tensor<2>,
+}
+
+#[derive(Clone, Debug)]
+struct Rows(usize);
+
+impl Batcher<Vec<f32>, Batch> for Rows {
+    fn batch(&self, items: Vec<Vec<f32>>, device: &Device) -> Batch {
+        let n = items.len();
+        let flat: Vec<f32> = items.into_iter().flatten().collect();
+        let x = Tensor::<1>::from_floats(flat.as_slice(), device).reshape([n, self.0]);
+        Batch {
+            y: x.clone().sin(),
+            x,
+        }
+    }
+}
+
+impl Mlp {
+    fn new(hidden: usize, layers: usize, device: &Device) -> Self {
+        Self {
+            layers: (0..layers)
+                .map(|_| LinearConfig::new(hidden, hidden).init(device))
+                .collect(),
+            act: Relu::new(),
+        }
+    }
+
+    fn regress(&self, b: Batch) -> RegressionOutput {
+        let mut h = b.x;
+        let last = self.layers.len().saturating_sub(1);
+        for (i, l) in self.layers.iter().enumerate() {
+            h = l.forward(h);
+            if i < last {
+                h = self.act.forward(h);
+            }
+        }
+        let loss = MseLoss::new().forward(h.clone(), b.y.clone(), Reduction::Mean);
+        RegressionOutput::new(loss, h, b.y)
+    }
+}
+
+impl TrainStep for Mlp {
+    type Input = Batch;
+    type Output = RegressionOutput;
+    fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
+        STEP_STARTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Instant::now());
+        let o = self.regress(b);
+        TrainOutput::new(self, o.loss.backward(), o)
+    }
+}
+
+impl InferenceStep for Mlp {
+    type Input = Batch;
+    type Output = RegressionOutput;
+    fn step(&self, b: Batch) -> RegressionOutput {
+        self.regress(b)
+    }
+}
+
+impl std::fmt::Display for Mlp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mlp({} layers)", self.layers.len())
+    }
+}
+
+fn samples(n: usize, hidden: usize) -> Vec<Vec<f32>> {
+    (0..n)
+        .map(|i| {
+            (0..hidden)
+                .map(|j| ((i * 31 + j * 7) % 97) as f32 / 97.0 - 0.5)
+                .collect()
+        })
+        .collect()
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let t0 = Instant::now();
+    let device = Device::flex().autodiff();
+    let batch = 8;
+    let train = DataLoaderBuilder::new(Rows(args.hidden))
+        .batch_size(batch)
+        .shuffle(7)
+        .build(InMemDataset::new(samples(
+            batch * args.steps_per_epoch,
+            args.hidden,
+        )));
+    let valid = DataLoaderBuilder::new(Rows(args.hidden))
+        .batch_size(batch)
+        .build(InMemDataset::new(samples(batch, args.hidden)));
+    let model = Mlp::new(args.hidden, args.layers, &device);
+    let params = model.num_params();
+    let scheduler = CosineAnnealingLrSchedulerConfig::new(1e-4, 1000)
+        .init()
+        .map_err(anyhow::Error::msg)?;
+    let learner = Learner::new(model, AdamWConfig::new().init(), scheduler);
+    let _ = std::fs::remove_dir_all(&args.dir);
+    let training = SupervisedTraining::new(args.dir.join("burn"), train, valid)
+        .with_application_logger(None)
+        .num_epochs(args.epochs);
+    let every = args.steps_per_epoch as u64;
+    match args.mode.as_str() {
+        "ours" => {
+            // The README's learner lines.
+            let config =
+                EngineConfig::new(args.dir.join("ckpt")).retention(Retention::keep_last(3));
+            let ckpt = CkptCheckpointers::open(config)?;
+            let result = training
+                .with_training_strategy(
+                    CkptTrainingStrategy::new(
+                        device.clone(),
+                        &ckpt,
+                        FrequencyPolicy::EverySteps(every),
+                    )
+                    .resume_latest()
+                    .deterministic(42)
+                    .into_training_strategy(),
+                )
+                .launch(learner);
+            ckpt.finish()?;
+            if let Some(e) = result.error {
+                anyhow::bail!("training failed: {e}");
+            }
+        }
+        "burn" => {
+            let result = training.with_default_checkpointers().launch(learner);
+            if let Some(e) = result.error {
+                anyhow::bail!("training failed: {e}");
+            }
+        }
+        "off" => {
+            let result = training.launch(learner);
+            if let Some(e) = result.error {
+                anyhow::bail!("training failed: {e}");
+            }
+        }
+        other => anyhow::bail!("--mode {other}: ours, burn or off"),
+    }
+    let wall_s = t0.elapsed().as_secs_f64();
+    let starts = STEP_STARTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let step_starts_s: Vec<f64> = starts
+        .iter()
+        .map(|t| t.duration_since(t0).as_secs_f64())
+        .collect();
+    let saved: Vec<usize> = if args.mode == "off" {
+        Vec::new()
+    } else {
+        (1..=args.epochs)
+            .map(|e| e * args.steps_per_epoch)
+            .collect()
+    };
+    let report = serde_json::json!({
+        "mode": args.mode,
+        "params": params,
+        "state_bytes": params * 12,
+        "wall_s": wall_s,
+        "step_starts_s": step_starts_s,
+        "steps_per_epoch": args.steps_per_epoch,
+        "saved_steps": saved,
+    });
+    if let Some(path) = &args.report {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let _ = std::fs::remove_dir_all(&args.dir);
+    println!("{report}");
+    Ok(())
+}
