@@ -136,12 +136,6 @@ impl InferenceStep for Mlp {
     }
 }
 
-impl std::fmt::Display for Mlp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Mlp({} layers)", self.layers.len())
-    }
-}
-
 fn samples(n: usize, hidden: usize) -> Vec<Vec<f32>> {
     (0..n)
         .map(|i| {

@@ -14,7 +14,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use burn::train::{Learner, LearnerModel, SupervisedTraining, TrainLoader, ValidLoader};
 use burn_ckpt::{ckpt_burn, ckpt_core, ckpt_zero};
-use ckpt_burn::{CheckpointManager, DataCursor, FrozenState, ManagerConfig, TrainerState};
+use ckpt_burn::{FrozenState, TrainerState};
 use ckpt_core::{CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig};
 use ckpt_zero::collective::Collective;
 use ckpt_zero::{ShardFormat, ShardJob};
@@ -27,9 +27,7 @@ fn learner_hook<M: LearnerModel>(
     device: Device,
     learner: Learner<M>,
 ) -> anyhow::Result<()> {
-    use ckpt_burn::checkpointers::CkptCheckpointers;
-    use ckpt_burn::strategy::CkptTrainingStrategy;
-    use ckpt_core::{EngineConfig, FrequencyPolicy, Retention};
+    use burn_ckpt::{CkptCheckpointers, CkptTrainingStrategy, EngineConfig, FrequencyPolicy, Retention};
 
     let config = EngineConfig::new("runs/x/ckpt").retention(Retention::keep_last(3));
     let ckpt = CkptCheckpointers::open(config)?;
@@ -54,6 +52,8 @@ fn manager_loop<M: Module + 'static>(
     steps: u64,
     train_one_step: impl Fn(&mut M, &mut ModuleOptimizer, &mut ModuleLrScheduler),
 ) -> anyhow::Result<()> {
+    use burn_ckpt::{CheckpointManager, DataCursor, ManagerConfig};
+
     let mut ckpt = CheckpointManager::open(ManagerConfig::new("runs/x").every_steps(100))?;
     let start = ckpt.resume(&mut model, &mut optim, &mut sched)?.map_or(0, |t| t.step);
     for step in start + 1..=steps {

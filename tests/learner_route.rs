@@ -34,7 +34,17 @@ enum How {
 /// The README's learner lines: the strategy only (no `with_custom_checkpointers`). 64 samples
 /// in batches of 16 are 4 optimizer steps per epoch.
 fn launch(dir: &Path, epochs: usize, every: u64, how: How) -> LearningResult<Tiny> {
-    let device = Device::flex().autodiff();
+    launch_on(Device::flex().autodiff(), dir, epochs, every, how)
+}
+
+/// [`launch`] on `device`.
+fn launch_on(
+    device: Device,
+    dir: &Path,
+    epochs: usize,
+    every: u64,
+    how: How,
+) -> LearningResult<Tiny> {
     let (train, valid) = loaders(16, Some(7));
     let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
     let mut strategy =
@@ -87,19 +97,22 @@ fn assert_same_checkpoint(a: &Path, b: &Path, step: u64, what: &str) {
     }
 }
 
-#[test]
-fn a_frozen_learner_is_written_as_its_step_after_training_moved_on() {
+/// Held-back staging while training runs on, against a run that ended at the saved step.
+fn frozen_learner_is_its_step(device: fn() -> Device) {
+    // The failpoint is process-wide: one such test at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     // Reference: a run that ends at step 4 (its last save, at the end of epoch 1).
     let ended = tmp.path().join("ended");
-    launch(&ended, 1, 2, How::Fresh);
+    launch_on(device(), &ended, 1, 2, How::Fresh);
     assert_eq!(steps(&ended.join("ckpt")), vec![2, 4]);
 
     // The same run going on to step 8, every save's staging held back: Burn's records of
     // steps 2 and 4 are taken from the frozen learner while training runs steps past them.
     let held = tmp.path().join("held");
     fail::cfg(STAGE_FAILPOINT, "sleep(700)").unwrap();
-    launch(&held, 2, 2, How::Fresh);
+    launch_on(device(), &held, 2, 2, How::Fresh);
     fail::remove(STAGE_FAILPOINT);
     assert_eq!(steps(&held.join("ckpt")), vec![2, 4, 6, 8]);
     for step in [2, 4] {
@@ -110,6 +123,19 @@ fn a_frozen_learner_is_written_as_its_step_after_training_moved_on() {
             "held-back staging",
         );
     }
+}
+
+#[test]
+fn a_frozen_learner_is_written_as_its_step_after_training_moved_on() {
+    frozen_learner_is_its_step(|| Device::flex().autodiff());
+}
+
+/// The CubeCL path (the code CUDA runs) through wgpu on Mesa's lavapipe: records are lazy
+/// device reads there, and an update writes a tensor in place when its handle is unique.
+#[cfg(feature = "wgpu")]
+#[test]
+fn on_wgpu_a_frozen_learner_is_written_as_its_step_after_training_moved_on() {
+    frozen_learner_is_its_step(|| Device::wgpu(burn::tensor::DeviceKind::DefaultDevice).autodiff());
 }
 
 #[test]

@@ -413,4 +413,15 @@ fn what_recovery_did_reaches_burns_experiment_log() {
         line.contains("WARN") && line.contains(&checkpoint_dir_name(newest)),
         "{line}"
     );
+    // Each save the resumed run published is a line there too, and so is the summary.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("checkpoint published") && l.contains("stall_ms")),
+        "no save in experiment.log:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("checkpoints of this run so far")),
+        "no summary in experiment.log:\n{log}"
+    );
 }

@@ -29,13 +29,22 @@
 //! thread.
 //!
 //! Encoding streams ([`crate::pack::write_pack`]): the model's tensors are written one at a
-//! time and each staged copy is freed once written; the optimizer record (Burn's only public
-//! view of optimizer state, which it materializes whole) is encoded once (`into_bytes`) and
-//! streamed out in the canonical name-sorted layout. A save holds about one copy of the state:
-//! the model's staged tensors not yet written plus the optimizer record. Burn 0.22.1's
-//! `into_bytes` needs the record's size once more for a moment: it frees the record tensor by
-//! tensor as it fills its buffer, then copies that buffer into an aligned one (see
-//! [`save_memory`], whose `transient` counts it).
+//! time and each staged copy is freed once written. The optimizer record is Burn's only public
+//! view of optimizer state, which it materializes whole. Where the state is host memory and
+//! the snapshot knows the root's filesystem ([`FrozenState::with_scratch_dir`], which
+//! [`FrozenState::submit`] sets), the writer streams it out through a scratch file in the root
+//! (`OptimizerRecord::save`, tensor by tensor, each freed once written), then into the part in
+//! the canonical name-sorted layout, a tensor at a time: a save then holds at most one copy of
+//! the state, the model's staged tensors not yet written plus the record. Otherwise (a device
+//! backend, whose record is lazy device reads that must be realized before the optimizer's
+//! handles go; or no scratch directory) the record is encoded once (`into_bytes`), which in
+//! Burn 0.22.1 needs the record's size once more for a moment: it fills one buffer, then
+//! copies it into an aligned one (see [`save_memory`], whose `transient` counts it).
+//!
+//! The scratch file's durability contract: none. It is never part of a checkpoint; only the
+//! bytes streamed from it into the part's sink (through the engine's [`ckpt_core::Storage`],
+//! checksummed and synced there) are. It is removed once read (or when the write fails), and
+//! start-up recovery removes one a crash left (its name starts with `.tmp-`).
 
 use std::{io::Write, path::PathBuf, time::Instant};
 

@@ -266,13 +266,39 @@ struct Run<'a, M: LearnerModel> {
 }
 
 impl<M: LearnerModel> Run<'_, M> {
-    /// Records published saves; a background error fails training.
+    /// Records published saves (each an info line, which reaches Burn's `experiment.log`); a
+    /// background error fails training.
     fn poll(&mut self) {
         let mut target = self.collector;
+        let before = self.session.report().saves.len();
         if let Err(e) = self.session.poll(&mut target) {
             self.interrupter
                 .fail(CheckpointerError::Unknown(e.to_string()));
         }
+        for s in &self.session.report().saves[before..] {
+            tracing::info!(
+                step = s.step,
+                stall_ms = s.stall_ms,
+                persist_ms = s.persist_ms.unwrap_or(f64::NAN),
+                mb = s.bytes as f64 / 1e6,
+                "checkpoint published"
+            );
+        }
+    }
+
+    /// At the end of training: what the saves published so far cost (an info line).
+    fn summarize(&self) {
+        let r = self.session.report();
+        let mut stalls: Vec<f64> = r.saves.iter().map(|s| s.stall_ms).collect();
+        stalls.sort_by(f64::total_cmp);
+        tracing::info!(
+            published = r.saves.len(),
+            median_stall_ms = stalls.get(stalls.len() / 2).copied().unwrap_or(0.0),
+            max_stall_ms = stalls.last().copied().unwrap_or(0.0),
+            throttled = r.throttled_saves.len(),
+            blocking = r.blocking_saves.len(),
+            "checkpoints of this run so far (CkptCheckpointers::finish waits for the rest)"
+        );
     }
 
     /// Freezes the learner at this step (handle clones) and submits it as a background save:
@@ -560,6 +586,8 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                 break;
             }
         }
+        run.poll();
+        run.summarize();
         (learner.model(), event_processor)
     }
 }

@@ -555,6 +555,11 @@ impl CheckpointSession {
         self.events.len()
     }
 
+    /// What the saves have cost so far (the report [`Self::finish`] completes).
+    pub fn report(&self) -> &SessionReport {
+        &self.report
+    }
+
     /// Whether the stop flag is set.
     pub fn stop_requested(&self) -> bool {
         self.cfg
