@@ -104,9 +104,10 @@ impl ManagerConfig {
         self
     }
 
-    /// Start over in a root that holds checkpoints of an earlier run and is not resumed: its
-    /// checkpoints are moved aside to `ROOT/.rewound-*` (each a warning) before the first
-    /// save, instead of that save failing with [`Error::UsedRoot`].
+    /// Start over in a root that holds checkpoints of an earlier run: `resume` restores
+    /// nothing, and at the first `step` the old checkpoints are moved aside to
+    /// `ROOT/.rewound-*` (each a warning), instead of that `step` failing with
+    /// [`Error::UsedRoot`] before anything is written.
     pub fn overwrite(mut self, yes: bool) -> Self {
         self.overwrite = yes;
         self
@@ -199,7 +200,8 @@ impl CheckpointManager {
         Ok(Some(r.trainer))
     }
 
-    /// Makes the root ready for the first save: refuses a used root the run did not resume
+    /// Makes the root ready for this run's saves (at the first `step`): refuses a used root the
+    /// run did not resume
     /// from, or moves its checkpoints aside ([`ManagerConfig::overwrite`]).
     fn settle(&mut self) -> Result<()> {
         if self.settled {
