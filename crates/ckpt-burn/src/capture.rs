@@ -1054,7 +1054,7 @@ impl<M: Module + 'static> FrozenState<M> {
     /// Freezes a Burn learner's state: clones the learner (handle clones; its model, optimizer
     /// and scheduler stay those of this step however far training goes on). Burn keeps the
     /// learner's optimizer and scheduler private: their records are taken from the clone later,
-    /// through `tap` (Burn's own `LearningCheckpointer`, see [`crate::learner_records`]), on the
+    /// through `tap` (Burn's own `LearningCheckpointer`, see [`crate::LearnerTap`]), on the
     /// staging helper of a background save.
     pub fn capture_learner(
         learner: &burn::train::Learner<M>,

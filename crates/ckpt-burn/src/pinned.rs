@@ -179,7 +179,7 @@ impl OptimizerRead {
     /// What it decides on `device`: `None` on host memory (Flex), where it does not apply,
     /// else whether the save call reads the optimizer's state (`true`) or the staging helper
     /// does. Decide once per run: asking a device backend for its memory pool
-    /// ([`holds_device_memory`]) is a call to its server.
+    /// (`holds_device_memory`) is a call to its server.
     pub fn on(self, device: &burn::tensor::Device) -> Option<bool> {
         holds_device_memory(device).then(|| self.on_device_backend(device))
     }

@@ -191,7 +191,7 @@ impl StagingChooser {
         }
     }
 
-    /// Every save picked here (the newest [`Self::KEPT`]), oldest first.
+    /// Every save picked here (the newest 256), oldest first.
     pub fn records(&self) -> Vec<StagingRecord> {
         self.saves
             .iter()

@@ -35,7 +35,7 @@ const KEEP_FREE: usize = 4;
 /// Counters of the direct-write buffers and paths, process-wide since the process started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DirectIoStats {
-    /// Aligned buffers allocated (each [`CHUNK`] bytes). Stays at the number of files written
+    /// Aligned buffers allocated (each one chunk of 8 MiB). Stays at the number of files written
     /// at once after the first save: later saves reuse them.
     pub buffers_allocated: u64,
     /// Files that reused a buffer instead of allocating one.
