@@ -19,6 +19,7 @@ use burn_ckpt::ckpt_burn::{
     backend_rng_lock,
 };
 use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
+use test_support::fs::verified_steps;
 use test_support::tiny::{Tiny, learner, loaders};
 
 /// How a run starts.
@@ -78,14 +79,6 @@ fn launch_on(
     result
 }
 
-fn steps(root: &Path) -> Vec<u64> {
-    ckpt_core::list_checkpoints(root, true)
-        .unwrap()
-        .iter()
-        .map(|c| c.step)
-        .collect()
-}
-
 /// Every file of checkpoint `step` in `a` and `b` is the same, byte for byte.
 fn assert_same_checkpoint(a: &Path, b: &Path, step: u64, what: &str) {
     for file in [MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE] {
@@ -106,7 +99,7 @@ fn frozen_learner_is_its_step(device: fn() -> Device) {
     // Reference: a run that ends at step 4 (its last save, at the end of epoch 1).
     let ended = tmp.path().join("ended");
     launch_on(device(), &ended, 1, 2, How::Fresh);
-    assert_eq!(steps(&ended.join("ckpt")), vec![2, 4]);
+    assert_eq!(verified_steps(&ended.join("ckpt")), vec![2, 4]);
 
     // The same run going on to step 8, every save's staging held back: Burn's records of
     // steps 2 and 4 are taken from the frozen learner while training runs steps past them.
@@ -114,7 +107,7 @@ fn frozen_learner_is_its_step(device: fn() -> Device) {
     fail::cfg(STAGE_FAILPOINT, "sleep(700)").unwrap();
     launch_on(device(), &held, 2, 2, How::Fresh);
     fail::remove(STAGE_FAILPOINT);
-    assert_eq!(steps(&held.join("ckpt")), vec![2, 4, 6, 8]);
+    assert_eq!(verified_steps(&held.join("ckpt")), vec![2, 4, 6, 8]);
     for step in [2, 4] {
         assert_same_checkpoint(
             &ended.join("ckpt"),
@@ -144,7 +137,7 @@ fn the_strategy_alone_saves_and_resumes_exactly() {
     let full = tmp.path().join("full");
     launch(&full, 2, 3, How::Fresh);
     // Every 3 steps plus every epoch end.
-    assert_eq!(steps(&full.join("ckpt")), vec![3, 4, 6, 8]);
+    assert_eq!(verified_steps(&full.join("ckpt")), vec![3, 4, 6, 8]);
 
     for how in [How::Checkpoint(6), How::Latest] {
         // As if the run had died during step 7: the root holds its checkpoints up to 6.
@@ -154,7 +147,7 @@ fn the_strategy_alone_saves_and_resumes_exactly() {
         std::fs::remove_dir_all(root.join(checkpoint_dir_name(8))).unwrap();
         // Start-up recovery repairs `latest`, which named step 8.
         launch(&dir, 2, 3, how);
-        assert_eq!(steps(&root), vec![3, 4, 6, 8], "{how:?}");
+        assert_eq!(verified_steps(&root), vec![3, 4, 6, 8], "{how:?}");
         for step in [6, 8] {
             assert_same_checkpoint(&full.join("ckpt"), &root, step, &format!("{how:?}"));
         }

@@ -12,6 +12,7 @@ use burn::tensor::Device;
 use burn::train::TrainStep;
 use ckpt_burn::{CheckpointManager, DataCursor, Error, MODEL_FILE, ManagerConfig, OPTIM_FILE};
 use ckpt_core::checkpoint_dir_name;
+use test_support::fs::verified_steps;
 use test_support::tiny::{Tiny, TinyBatcher, data};
 
 /// The training state of a loop of one's own.
@@ -65,14 +66,6 @@ fn run(init: &Tiny, config: ManagerConfig, steps: u64) -> Result<(), Error> {
     Ok(())
 }
 
-fn steps(root: &Path) -> Vec<u64> {
-    ckpt_core::list_checkpoints(root, true)
-        .unwrap()
-        .iter()
-        .map(|c| c.step)
-        .collect()
-}
-
 fn file(root: &Path, step: u64, name: &str) -> Vec<u8> {
     std::fs::read(root.join(checkpoint_dir_name(step)).join(name)).unwrap()
 }
@@ -92,14 +85,18 @@ fn a_custom_loop_checkpoints_on_policy_and_resumes_exactly() {
     };
     run(&init, cfg(&full, 8), 8).unwrap();
     // Every 3 steps, and the last one.
-    assert_eq!(steps(&full), vec![3, 6, 8]);
+    assert_eq!(verified_steps(&full), vec![3, 6, 8]);
 
     // A run that stopped at step 5, resumed to 8: the same files as the uninterrupted run.
     let cut = tmp.path().join("cut");
     run(&init, cfg(&cut, 5), 5).unwrap();
-    assert_eq!(steps(&cut), vec![3, 5]);
+    assert_eq!(verified_steps(&cut), vec![3, 5]);
     run(&init, cfg(&cut, 8), 8).unwrap();
-    assert!(steps(&cut).ends_with(&[8]), "{:?}", steps(&cut));
+    assert!(
+        verified_steps(&cut).ends_with(&[8]),
+        "{:?}",
+        verified_steps(&cut)
+    );
     for name in [MODEL_FILE, OPTIM_FILE] {
         assert!(
             file(&full, 8, name) == file(&cut, 8, name),
@@ -123,7 +120,7 @@ fn a_custom_loop_checkpoints_on_policy_and_resumes_exactly() {
         6,
     )
     .unwrap();
-    assert_eq!(steps(&kept), vec![4, 5, 6]);
+    assert_eq!(verified_steps(&kept), vec![4, 5, 6]);
 }
 
 #[test]
@@ -139,7 +136,7 @@ fn a_used_root_is_refused_unless_resumed_or_overwritten() {
     std::fs::write(&stale, b"half a record").unwrap();
     run(&init, cfg(), 4).unwrap();
     assert!(!stale.exists(), "a stale scratch file survived the open");
-    let before = steps(&root);
+    let before = verified_steps(&root);
     assert_eq!(before, vec![2, 4]);
 
     // A fresh loop (no resume) in that root: refused at its first save, nothing replaced.
@@ -151,11 +148,11 @@ fn a_used_root_is_refused_unless_resumed_or_overwritten() {
         .unwrap_err();
     assert!(matches!(err, Error::UsedRoot { newest: 4, .. }), "{err}");
     drop(ckpt);
-    assert_eq!(steps(&root), before);
+    assert_eq!(verified_steps(&root), before);
 
     // Overwrite: the old run's checkpoints are moved aside, the new run saves.
     run(&init, cfg().overwrite(true).end_step(2), 2).unwrap();
-    assert_eq!(steps(&root), vec![2]);
+    assert_eq!(verified_steps(&root), vec![2]);
     assert!(
         std::fs::read_dir(&root).unwrap().any(|e| e
             .unwrap()
