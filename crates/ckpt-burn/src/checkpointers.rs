@@ -204,21 +204,10 @@ impl Collector {
         if g.settled {
             return Ok(());
         }
-        let to = match (self.latest_step(), g.resumed, g.overwrite) {
-            (None, _, _) => {
-                g.settled = true;
-                return Ok(());
-            }
-            (Some(_), Some(k), _) => Some(k),
-            (Some(_), None, true) => None,
-            (Some(newest), None, false) => {
-                return Err(crate::Error::UsedRoot {
-                    root: self.root.clone(),
-                    newest,
-                });
-            }
-        };
-        if let Some(engine) = lock(&self.engine).as_mut() {
+        if let Some(to) =
+            rewind_before_first_save(&self.root, self.latest_step(), g.resumed, g.overwrite)?
+            && let Some(engine) = lock(&self.engine).as_mut()
+        {
             engine.rewind(to)?;
         }
         g.settled = true;
@@ -448,6 +437,29 @@ impl Collector {
             Some(e) => Ok(e.finish()?),
             None => Ok(Summary::default()),
         }
+    }
+}
+
+/// What a run does to its root before its first save, given the root's newest valid
+/// checkpoint, the checkpoint the run resumed from and whether it starts over: nothing
+/// (`None`: an empty root), a rewind to the resumed step or, starting over, of every
+/// checkpoint (`Some(to)`, for [`Engine::rewind`]), or [`crate::Error::UsedRoot`] for a run
+/// that neither resumes nor starts over in a root holding checkpoints. The one used-root
+/// policy of the learner route and [`crate::CheckpointManager`].
+pub(crate) fn rewind_before_first_save(
+    root: &Path,
+    newest: Option<u64>,
+    resumed: Option<u64>,
+    overwrite: bool,
+) -> Result<Option<Option<u64>>> {
+    match (newest, resumed, overwrite) {
+        (None, _, _) => Ok(None),
+        (Some(_), Some(k), _) => Ok(Some(Some(k))),
+        (Some(_), None, true) => Ok(Some(None)),
+        (Some(newest), None, false) => Err(crate::Error::UsedRoot {
+            root: root.to_path_buf(),
+            newest,
+        }),
     }
 }
 

@@ -116,7 +116,7 @@ impl ManagerConfig {
 
 /// A run's checkpointing for a loop of your own (see the module docs).
 pub struct CheckpointManager {
-    engine: Option<Engine>,
+    engine: Engine,
     session: CheckpointSession,
     seed: u64,
     /// The newest valid checkpoint found at open.
@@ -133,10 +133,7 @@ pub struct CheckpointManager {
 impl std::fmt::Debug for CheckpointManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CheckpointManager")
-            .field(
-                "root",
-                &self.engine.as_ref().map(|e| e.root().to_path_buf()),
-            )
+            .field("root", &self.engine.root())
             .field("latest", &self.latest)
             .finish_non_exhaustive()
     }
@@ -160,7 +157,7 @@ impl CheckpointManager {
             session = session.end_step(end);
         }
         Ok(Self {
-            engine: Some(engine),
+            engine,
             session: CheckpointSession::new(session),
             seed: config.seed,
             latest: report.latest.map(|c| (c.step, c.path)),
@@ -201,38 +198,23 @@ impl CheckpointManager {
     }
 
     /// Makes the root ready for this run's saves (at the first `step`): refuses a used root the
-    /// run did not resume
-    /// from, or moves its checkpoints aside ([`ManagerConfig::overwrite`]).
+    /// run did not resume, or moves its checkpoints aside ([`ManagerConfig::overwrite`]).
     fn settle(&mut self) -> Result<()> {
         if self.settled {
             return Ok(());
         }
-        if let Some((newest, _)) = self.latest.clone()
-            && !self.resumed
-        {
-            let overwrite = self.overwrite;
-            let engine = self.engine_mut()?;
-            if !overwrite {
-                return Err(Error::UsedRoot {
-                    root: engine.root().to_path_buf(),
-                    newest,
-                });
-            }
-            let moved = engine.rewind(None)?;
-            tracing::warn!(
-                moved = moved.len(),
-                root = %engine.root().display(),
-                "overwrite: the checkpoints of an earlier run were moved aside to .rewound-*"
-            );
+        let newest = self.latest.as_ref().map(|(step, _)| *step);
+        let resumed = newest.filter(|_| self.resumed);
+        if let Some(to) = crate::checkpointers::rewind_before_first_save(
+            self.engine.root(),
+            newest,
+            resumed,
+            self.overwrite,
+        )? {
+            self.engine.rewind(to)?;
         }
         self.settled = true;
         Ok(())
-    }
-
-    fn engine_mut(&mut self) -> Result<&mut Engine> {
-        self.engine
-            .as_mut()
-            .ok_or_else(|| Error::Config("the checkpoint manager has finished".into()))
     }
 
     /// After optimizer step `step`: checkpoints the state if the policy says so (a handle
@@ -254,9 +236,6 @@ impl CheckpointManager {
         let Self {
             engine, session, ..
         } = self;
-        let engine = engine
-            .as_mut()
-            .ok_or_else(|| Error::Config("the checkpoint manager has finished".into()))?;
         let b = session.boundary(step, took, engine.in_flight(), Ok::<_, Error>)?;
         if b.save {
             session.save(engine, step, |e, gate| {
@@ -271,13 +250,9 @@ impl CheckpointManager {
 
     /// Waits for every save to be durable, releases the root and returns what the saves cost
     /// ([`SessionReport`]), or the first background failure.
-    pub fn finish(mut self) -> Result<SessionReport> {
-        let engine = self
-            .engine
-            .take()
-            .ok_or_else(|| Error::Config("the checkpoint manager has finished".into()))?;
-        Ok(self
-            .session
-            .finish(engine, |e| Ok::<_, ckpt_core::Error>(e.finish()?.events))?)
+    pub fn finish(self) -> Result<SessionReport> {
+        Ok(self.session.finish(self.engine, |e| {
+            Ok::<_, ckpt_core::Error>(e.finish()?.events)
+        })?)
     }
 }
