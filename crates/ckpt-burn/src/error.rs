@@ -107,19 +107,32 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The object-store tier failed (an upload, a remote restore).
+    #[cfg(feature = "remote")]
+    #[error(transparent)]
+    Remote(#[from] ckpt_remote::Error),
+}
+
+impl Error {
+    /// The checkpoint error inside, if this is one.
+    fn save_failure(&self) -> Option<&dyn ckpt_core::SaveFailure> {
+        match self {
+            Error::Core(e) => Some(e),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl ckpt_core::SaveFailure for Error {
     fn failed_step(&self) -> Option<u64> {
-        match self {
-            Error::Core(e) => e.failed_step(),
-            _ => None,
-        }
+        self.save_failure().and_then(|e| e.failed_step())
     }
     fn is_save_failure(&self) -> bool {
-        matches!(self, Error::Core(e) if e.is_save_failure())
+        self.save_failure().is_some_and(|e| e.is_save_failure())
     }
     fn after_publication(&self) -> bool {
-        matches!(self, Error::Core(e) if e.after_publication())
+        self.save_failure().is_some_and(|e| e.after_publication())
     }
 }

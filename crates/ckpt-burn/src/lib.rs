@@ -30,6 +30,9 @@ mod state;
 pub mod stop;
 pub mod strategy;
 mod submit;
+mod tuning;
+#[cfg(feature = "remote")]
+mod upload;
 
 pub use capture::{
     EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT,
@@ -40,10 +43,11 @@ pub use ckpt_core::ModelStaging;
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use error::{Error, Result};
 pub use learner_records::LearnerTap;
-pub use manager::{CheckpointManager, ManagerConfig};
+pub use manager::{CheckpointManager, ManagerConfig, ManagerReport, ResumedFrom, UploadRecord};
 pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
 pub use restore::{
     Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,
     read_verified_parts, restore, restore_latest,
 };
 pub use state::{DataCursor, TRAINER_FILE, TRAINER_STATE_VERSION, TrainerState};
+pub use tuning::SaveTuning;

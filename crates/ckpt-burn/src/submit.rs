@@ -32,13 +32,17 @@ impl ModuleVisitor for FirstDevice {
 }
 
 impl<M: Module + 'static> FrozenState<M> {
+    /// The device of the model's first parameter (`None`: a model without parameters).
+    pub(crate) fn device(&self) -> Option<burn::tensor::Device> {
+        let mut first = FirstDevice::default();
+        self.model_visit(&mut first);
+        first.0
+    }
+
     /// Whether the state is host memory (Flex): there a background save may hold the model's
     /// handles instead of staging them ([`Self::with_model_staging`]).
     fn on_host(&self) -> bool {
-        let mut first = FirstDevice::default();
-        self.model_visit(&mut first);
-        first
-            .0
+        self.device()
             .is_some_and(|d| !crate::pinned::holds_device_memory(&d))
     }
 

@@ -162,3 +162,63 @@ fn a_used_root_is_refused_unless_resumed_or_overwritten() {
         "the old checkpoints were not kept aside"
     );
 }
+
+#[test]
+fn a_stop_request_checkpoints_that_step_and_ends_the_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let init = Tiny::seeded(&device, 5);
+    let root = tmp.path().join("ckpt");
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut st = State::new(&init, &device);
+    let mut ckpt = CheckpointManager::open(
+        ManagerConfig::new(&root)
+            .every_steps(100)
+            .stop_on(flag.clone(), Some(std::time::Duration::from_secs(60))),
+    )
+    .unwrap();
+    let mut stopped_at = None;
+    for step in 1..=20 {
+        st.train(step);
+        if step == 4 {
+            // A signal handler or a batch system's notice, between two steps.
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        if ckpt
+            .step(step, &st.model, &st.optim, &st.sched, DataCursor::default())
+            .unwrap()
+        {
+            stopped_at = Some(step);
+            break;
+        }
+    }
+    assert_eq!(stopped_at, Some(4));
+    assert_eq!(ckpt.last_saved(), Some(4));
+    let report = ckpt.finish().unwrap();
+    let stop = report.session.stopped.expect("the stop is reported");
+    assert_eq!(stop.step, 4);
+    assert_eq!(verified_steps(&root), vec![4]);
+}
+
+#[test]
+fn a_background_save_writes_the_bytes_of_a_blocking_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let init = Tiny::seeded(&device, 6);
+    let cfg = |name: &str| {
+        ManagerConfig::new(tmp.path().join(name))
+            .every_steps(2)
+            .end_step(6)
+    };
+    run(&init, cfg("background"), 6).unwrap();
+    run(&init, cfg("blocking").blocking(true), 6).unwrap();
+    for step in [4, 6] {
+        for name in [MODEL_FILE, OPTIM_FILE] {
+            assert!(
+                file(&tmp.path().join("background"), step, name)
+                    == file(&tmp.path().join("blocking"), step, name),
+                "{name} of step {step} differs between a background and a blocking save"
+            );
+        }
+    }
+}

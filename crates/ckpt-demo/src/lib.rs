@@ -15,6 +15,7 @@ mod tier;
 pub mod trainer;
 pub mod zero;
 
+pub use ckpt_burn::UploadRecord;
 /// The object-store tier the trainer's `--upload-to` uses (feature `remote`).
 #[cfg(feature = "remote")]
 pub use ckpt_remote as remote;
@@ -22,11 +23,10 @@ pub use model::{
     Backend, Batch, INPUT_DIM, Mlp, SCHEDULE_ITERS, Sample, SampleBatcher, optimizer, scheduler,
     synthetic_dataset,
 };
-pub use tier::UploadRecord;
 pub use trainer::{
     DemoConfig, DemoReport, FailedSave, Frequency, PinnedSample, SaveErrorPolicy, SaveMode,
     SaveRecord, StepInfo, StopOutcome, StopReport, data_loader, engine_config, fresh_model,
-    open_engine, run,
+    manager_config, open_engine, run,
 };
 
 /// What can go wrong in a demo run.
@@ -60,7 +60,8 @@ impl Error {
     /// The checkpoint error inside, if this is one.
     fn save_failure(&self) -> Option<&dyn ckpt_core::SaveFailure> {
         match self {
-            Error::Core(e) | Error::Burn(ckpt_burn::Error::Core(e)) => Some(e),
+            Error::Core(e) => Some(e),
+            Error::Burn(e) => Some(e),
             Error::Zero(e) => Some(e),
             #[cfg(feature = "remote")]
             Error::Remote(e) => Some(e),

@@ -10,34 +10,15 @@ use std::{
 };
 
 use ckpt_core::{Engine, SaveEvent};
-use serde::Serialize;
 
-use crate::{DemoConfig, Result};
+use crate::{DemoConfig, Result, UploadRecord};
 
-/// One finished upload, for the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct UploadRecord {
-    /// Step.
-    pub step: u64,
-    /// Bytes uploaded.
-    pub bytes: u64,
-    /// Time the upload took, in milliseconds.
-    pub ms: f64,
-}
-
-/// The run's uploader, when `--upload-to` is set.
-#[cfg(feature = "remote")]
-enum Up {
-    /// A single rank's: uploads whole checkpoints.
-    Whole(ckpt_remote::Uploader),
-    /// A ZeRO rank's: uploads this rank's part; the saver's hook queues the work.
-    Sharded(ckpt_zero::upload::ShardUploader),
-}
-
-/// The run's uploader, when `--upload-to` is set.
+/// A ZeRO rank's uploader, when `--upload-to` is set: uploads this rank's part of each
+/// sharded checkpoint; the saver's hook queues the work. (The single-device trainer's tier is
+/// the library's: [`ckpt_burn::ManagerConfig::upload_to`].)
 pub(crate) struct Tier {
     #[cfg(feature = "remote")]
-    up: Option<Up>,
+    up: Option<ckpt_zero::upload::ShardUploader>,
     /// Finished uploads, shared with the report.
     pub(crate) done: Arc<Mutex<Vec<UploadRecord>>>,
 }
@@ -49,24 +30,7 @@ impl Tier {
         let Some(url) = &cfg.upload_to else {
             return Ok(None);
         };
-        let rc = ckpt_remote::RemoteConfig {
-            keep_last: cfg.upload_keep_last.or(cfg.keep_last),
-            max_bytes_per_sec: cfg.upload_max_mbps.map(|m| (m * 1e6) as u64),
-            ..Default::default()
-        };
-        Ok(Some(ckpt_remote::Remote::open(url, rc)?))
-    }
-
-    /// Opens the remote prefix of `cfg` and starts its uploader (nothing without a URL).
-    pub(crate) fn open(cfg: &DemoConfig) -> Result<Self> {
-        let up = match Self::remote(cfg)? {
-            Some(r) => Some(Up::Whole(ckpt_remote::Uploader::start(r)?)),
-            None => None,
-        };
-        Ok(Self {
-            up,
-            done: Arc::default(),
-        })
+        Ok(Some(ckpt_remote::Remote::open(url, remote_config(cfg))?))
     }
 
     /// A ZeRO rank's tier: starts this rank's part of the sharded uploads over `group` (its
@@ -81,7 +45,7 @@ impl Tier {
             Some(r) => {
                 let u = ckpt_zero::upload::ShardUploader::start(group()?, r)?;
                 let hook = u.after_publish();
-                (Some(Up::Sharded(u)), Some(hook))
+                (Some(u), Some(hook))
             }
             None => (None, None),
         };
@@ -94,18 +58,12 @@ impl Tier {
         ))
     }
 
-    /// Queues the uploads of `events` (a ZeRO rank's are queued by the saver's hook) and
-    /// collects finished ones; the first upload failure as an error.
-    pub(crate) fn published(&mut self, events: &[SaveEvent]) -> Result<()> {
+    /// Collects finished uploads (the saver's hook queues them); the first upload failure as
+    /// an error.
+    pub(crate) fn published(&mut self, _events: &[SaveEvent]) -> Result<()> {
         let done = match &mut self.up {
             None => return Ok(()),
-            Some(Up::Whole(up)) => {
-                for ev in events {
-                    up.submit(ev.step, &ev.path)?;
-                }
-                up.poll()?
-            }
-            Some(Up::Sharded(up)) => up.poll()?,
+            Some(up) => up.poll()?,
         };
         self.record(&done);
         Ok(())
@@ -115,8 +73,7 @@ impl Tier {
     pub(crate) fn finish(&mut self) -> Result<()> {
         let all = match self.up.take() {
             None => return Ok(()),
-            Some(Up::Whole(up)) => up.finish()?,
-            Some(Up::Sharded(up)) => up.finish()?,
+            Some(up) => up.finish()?,
         };
         if let Ok(mut d) = self.done.lock() {
             d.clear();
@@ -136,27 +93,61 @@ impl Tier {
     }
 }
 
+/// The object-store settings of `cfg`'s flags.
+#[cfg(feature = "remote")]
+fn remote_config(cfg: &DemoConfig) -> ckpt_remote::RemoteConfig {
+    ckpt_remote::RemoteConfig {
+        keep_last: cfg.upload_keep_last.or(cfg.keep_last),
+        max_bytes_per_sec: cfg.upload_max_mbps.map(|m| (m * 1e6) as u64),
+        ..Default::default()
+    }
+}
+
+/// The single-device trainer's object-store tier: the library's, with `cfg`'s settings.
+#[cfg(feature = "remote")]
+pub(crate) fn upload_to(
+    m: ckpt_burn::ManagerConfig,
+    url: &str,
+    cfg: &DemoConfig,
+) -> Result<ckpt_burn::ManagerConfig> {
+    Ok(m.upload_to(url, remote_config(cfg)))
+}
+
+/// Without the `remote` feature: `--upload-to` is an error.
+#[cfg(not(feature = "remote"))]
+pub(crate) fn upload_to(
+    _m: ckpt_burn::ManagerConfig,
+    _url: &str,
+    _cfg: &DemoConfig,
+) -> Result<ckpt_burn::ManagerConfig> {
+    Err(needs_feature())
+}
+
+/// The error of `--upload-to` in a build without the `remote` feature.
+#[cfg(not(feature = "remote"))]
+fn needs_feature() -> crate::Error {
+    crate::Error::Config(
+        "--upload-to needs a build with the `remote` feature (cargo run --features remote ...)"
+            .into(),
+    )
+}
+
 #[cfg(not(feature = "remote"))]
 impl Tier {
-    /// Without the `remote` feature: an error when `--upload-to` is set.
-    pub(crate) fn open(cfg: &DemoConfig) -> Result<Self> {
-        if cfg.upload_to.is_some() {
-            return Err(crate::Error::Config(
-                "--upload-to needs a build with the `remote` feature (cargo run --features remote ...)"
-                    .into(),
-            ));
-        }
-        Ok(Self {
-            done: Arc::default(),
-        })
-    }
-
     /// Without the `remote` feature: an error when `--upload-to` is set.
     pub(crate) fn sharded(
         cfg: &DemoConfig,
         _group: impl FnOnce() -> Result<Box<dyn ckpt_zero::collective::Collective>>,
     ) -> Result<(Self, Option<ckpt_zero::AfterPublish>)> {
-        Ok((Self::open(cfg)?, None))
+        if cfg.upload_to.is_some() {
+            return Err(needs_feature());
+        }
+        Ok((
+            Self {
+                done: Arc::default(),
+            },
+            None,
+        ))
     }
 
     /// Nothing to upload without the feature.

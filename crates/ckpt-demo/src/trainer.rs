@@ -27,12 +27,12 @@ use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use ckpt_burn::{
-    FrozenState, OptimizerRead, ResumableDataLoader, TrainerState, UpdateWait, assign_param_ids,
-    load_model, restore, step_seed,
+    CheckpointManager, ManagerConfig, OptimizerRead, ResumableDataLoader, SaveTuning, TrainerState,
+    UpdateWait, assign_param_ids, load_model, restore, step_seed,
 };
 use ckpt_core::{
     Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
-    SaveTarget, SessionConfig, SessionReport, StagingPolicy, Submitted,
+    SessionConfig, SessionReport, StagingPolicy, Submitted,
 };
 pub use ckpt_core::{FailedSave, SaveErrorPolicy, SaveRecord, StopOutcome, StopReport};
 use serde::Serialize;
@@ -41,7 +41,6 @@ use crate::baseline::BurnBaseline;
 use crate::model::{
     Backend, Batch, Mlp, Sample, SampleBatcher, optimizer, scheduler, synthetic_dataset,
 };
-use crate::tier::Tier;
 use crate::{Error, Result};
 
 /// How checkpoints are written.
@@ -419,76 +418,156 @@ pub fn data_loader(
     )?)
 }
 
-/// Where this run's checkpoints go: our engine (async and sync modes) or Burn's own
-/// checkpointer (the baseline).
-enum Target {
+/// The library's checkpointer configured by `cfg`'s flags.
+pub fn manager_config(cfg: &DemoConfig) -> Result<ManagerConfig> {
+    let tuning = SaveTuning::default()
+        .memory_budget(cfg.snapshot_budget)
+        .model_staging(cfg.model_staging)
+        .optimizer_read(cfg.optimizer_read)
+        .update_wait(cfg.update_wait);
+    let mut m = ManagerConfig::new(&cfg.dir)
+        .frequency(cfg.policy())
+        .keep_last(cfg.keep_last)
+        .seed(cfg.seed)
+        .end_step(cfg.steps)
+        .overwrite(cfg.fresh && !cfg.resume)
+        .on_save_error(cfg.on_save_error)
+        .max_in_flight(cfg.max_in_flight)
+        .backpressure(cfg.backpressure)
+        .tuning(tuning)
+        .blocking(cfg.save_mode == SaveMode::Sync);
+    if let Some(stop) = &cfg.stop {
+        m = m.stop_on(stop.clone(), cfg.grace_period);
+    }
+    if let Some(url) = &cfg.upload_to {
+        m = crate::tier::upload_to(m, url, cfg)?;
+    }
+    Ok(m)
+}
+
+/// Opens the library's checkpointer for `cfg`, refusing before any training a root that holds
+/// checkpoints when the run neither resumes nor starts over (`--fresh`).
+fn open_manager(cfg: &DemoConfig) -> Result<CheckpointManager> {
+    let m = CheckpointManager::open(manager_config(cfg)?)?;
+    if let Some((step, _)) = m.latest()
+        && !cfg.resume
+        && !cfg.fresh
+    {
+        return Err(Error::Config(format!(
+            "{} already holds checkpoints (newest {}): add --resume to continue that run, or \
+             --fresh to start over (its checkpoints are moved aside to .rewound-*), or use \
+             another --dir",
+            cfg.dir.display(),
+            ckpt_core::checkpoint_dir_name(step)
+        )));
+    }
+    Ok(m)
+}
+
+/// Where this run's checkpoints go.
+enum Saver {
+    /// The library's checkpointer (`--save-mode async` and `sync`).
+    Ours(Box<CheckpointManager>),
+    /// Burn's own checkpointer (the baseline) or none, decided by a session of the loop's own.
+    Other(Box<CheckpointSession>, Baseline),
+}
+
+/// The saves of a run without the library's checkpointer.
+enum Baseline {
     /// Checkpointing is off.
     Off,
-    /// Our engine, and the object-store tier behind it (inactive without `--upload-to`).
-    Engine(Box<Engine>, Tier),
+    /// Burn's own checkpointer.
     Burn(BurnBaseline),
 }
 
-impl ckpt_core::SaveTarget for Target {
+impl ckpt_core::SaveTarget for Baseline {
     type Error = Error;
     fn in_flight(&self) -> usize {
-        match self {
-            Target::Engine(e, _) => e.in_flight(),
-            Target::Burn(_) | Target::Off => 0,
-        }
+        0
     }
     fn poll(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
-        match self {
-            Target::Engine(e, tier) => {
-                let events = e.poll()?;
-                tier.published(&events)?;
-                Ok(events)
-            }
-            Target::Burn(_) | Target::Off => Ok(Vec::new()),
-        }
+        Ok(Vec::new())
     }
     fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
-        match self {
-            Target::Engine(e, tier) => {
-                let events = e.wait_idle()?;
-                tier.published(&events)?;
-                Ok(events)
-            }
-            Target::Burn(_) | Target::Off => Ok(Vec::new()),
-        }
-    }
-    fn blocked_total(&self) -> Duration {
-        match self {
-            Target::Engine(e, _) => e.metrics().blocked_total,
-            Target::Burn(_) | Target::Off => Duration::ZERO,
-        }
+        Ok(Vec::new())
     }
     fn held_bytes(&self) -> Option<u64> {
-        match self {
-            Target::Engine(e, _) => Some(e.held_bytes()),
-            Target::Burn(_) | Target::Off => None,
-        }
+        None
     }
-    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool> {
-        match self {
-            Target::Engine(e, _) => Ok(e.wait_held_at_most(limit).map(|_| true)?),
-            Target::Burn(_) | Target::Off => Ok(false),
-        }
+    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
+        Ok(false)
     }
 }
 
-impl Target {
-    fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
+impl Saver {
+    /// After optimizer step `step` (which took `took`): checkpoints it where the policy says
+    /// so; whether it did, and whether the run stops here.
+    fn after_step(
+        &mut self,
+        step: u64,
+        took: Duration,
+        (model, optim, sched): (&Mlp, &ModuleOptimizer, &ModuleLrScheduler),
+        trainer: impl FnOnce() -> TrainerState,
+    ) -> Result<(bool, bool)> {
         match self {
-            Target::Engine(e, mut tier) => {
-                let events = (*e).finish()?.events;
-                tier.published(&events)?;
-                tier.finish()?;
-                Ok(events)
+            Saver::Ours(m) => {
+                let stop = m.step(step, model, optim, sched, trainer().cursor)?;
+                Ok((m.last_saved() == Some(step), stop))
             }
-            // Dropping joins Burn's checkpointer threads: every file is written.
-            Target::Burn(b) => Ok(b.close()),
-            Target::Off => Ok(Vec::new()),
+            Saver::Other(session, target) => {
+                let b = session.boundary(step, took, 0, Ok::<_, Error>)?;
+                if b.save {
+                    let trainer = trainer();
+                    session.save(target, step, |t, _gate| match t {
+                        Baseline::Burn(burn) => {
+                            let ev = burn.save(trainer.step, model, optim, sched)?;
+                            Ok(Submitted {
+                                outcome: ckpt_core::SubmitOutcome::WrittenSync(ev),
+                                route: SaveRoute::Background,
+                            })
+                        }
+                        Baseline::Off => Err(Error::Config("checkpointing is off".into())),
+                    })?;
+                }
+                session.poll(target)?;
+                Ok((b.save, b.stop))
+            }
+        }
+    }
+
+    /// Checkpoints published so far.
+    fn published(&self) -> usize {
+        match self {
+            Saver::Ours(m) => m.published(),
+            Saver::Other(s, _) => s.published(),
+        }
+    }
+
+    /// Checkpoints persisting now.
+    fn in_flight(&self) -> usize {
+        match self {
+            Saver::Ours(m) => m.in_flight(),
+            Saver::Other(..) => 0,
+        }
+    }
+
+    /// Waits for every save; what the saves did and the object-store uploads.
+    fn finish(self) -> Result<(SessionReport, Vec<crate::UploadRecord>)> {
+        match self {
+            Saver::Ours(m) => {
+                let r = m.finish()?;
+                Ok((r.session, r.uploads))
+            }
+            Saver::Other(session, target) => {
+                let report = session.finish(target, |t| {
+                    // Dropping joins Burn's checkpointer threads: every file is written.
+                    Ok(match t {
+                        Baseline::Burn(b) => b.close(),
+                        Baseline::Off => Vec::new(),
+                    })
+                })?;
+                Ok((report, Vec::new()))
+            }
         }
     }
 }
@@ -498,77 +577,28 @@ fn device_in_use(device: &Device) -> Option<u64> {
     device.memory_pool_usage().map(|u| u.bytes_in_use)
 }
 
-/// Captures the single-device state at `step` and submits it on the route `cfg` and the
-/// memory budget call for.
-fn capture(
-    target: &mut Target,
-    gate: &mut ckpt_core::MemoryGate,
-    (mode, read): (SaveMode, OptimizerRead),
-    state: (&Mlp, &ModuleOptimizer, &ModuleLrScheduler),
-    trainer: &TrainerState,
-) -> Result<Submitted> {
-    let (model, optim, sched) = state;
-    let t0 = Instant::now();
-    match target {
-        Target::Engine(e, _) => {
-            let frozen = FrozenState::capture(model, optim, sched, trainer.clone())
-                .with_optimizer_read(read);
-            if mode == SaveMode::Sync {
-                let snap = frozen.encode()?.into_snapshot();
-                let outcome = e.submit(snap.with_capture_time(t0.elapsed()))?;
-                return Ok(Submitted {
-                    outcome,
-                    route: SaveRoute::Blocking,
-                });
-            }
-            Ok(frozen.submit(e, gate, |snapshot| snapshot)?)
-        }
-        Target::Burn(b) => {
-            let ev = b.save(trainer.step, model, optim, sched)?;
-            Ok(Submitted {
-                outcome: ckpt_core::SubmitOutcome::WrittenSync(ev),
-                route: SaveRoute::Background,
-            })
-        }
-        Target::Off => Err(Error::Config("checkpointing is off".into())),
-    }
-}
-
 /// Runs the demo trainer. `progress` is called after every step.
 pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
     let wall = Instant::now();
     cfg.validate()?;
     let device = cfg.backend.device().autodiff();
 
-    // Our engine (async and sync modes) owns the root; recovery runs under its lock.
-    let mut latest = None;
-    let mut remote_source = None;
-    let mut uploads = None;
-    let mut target = if !cfg.checkpointing() {
-        Target::Off
-    } else if cfg.save_mode == SaveMode::Burn {
-        Target::Burn(BurnBaseline::new(&cfg.dir, cfg.keep_last))
-    } else {
-        let (mut e, l) = open_engine(cfg)?;
-        let tier = Tier::open(cfg)?;
-        latest = l;
-        if cfg.resume
-            && let Some((dir, from)) = crate::tier::restore(cfg, &mut e, latest.as_deref())?
-        {
-            latest = Some(dir);
-            remote_source = Some(from);
-        }
-        uploads = Some(tier.done.clone());
-        Target::Engine(Box::new(e), tier)
-    };
-    if cfg.upload_to.is_some() && !matches!(target, Target::Engine(..)) {
+    let ours = cfg.checkpointing() && cfg.save_mode != SaveMode::Burn;
+    if cfg.upload_to.is_some() && !ours {
         return Err(Error::Config(
             "--upload-to needs our engine (--save-mode async or sync, checkpointing on)".into(),
         ));
     }
-    if cfg.resume && !matches!(target, Target::Engine(..)) {
-        latest = ckpt_burn::latest_valid(&cfg.dir)?;
-    }
+    let mut saver = if ours {
+        Saver::Ours(Box::new(open_manager(cfg)?))
+    } else {
+        let target = if cfg.checkpointing() {
+            Baseline::Burn(BurnBaseline::new(&cfg.dir, cfg.keep_last))
+        } else {
+            Baseline::Off
+        };
+        Saver::Other(Box::new(cfg.session()), target)
+    };
 
     let mut model = fresh_model(cfg, &device);
     let mut optim = optimizer();
@@ -579,27 +609,45 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         save_mode: cfg.checkpointing().then_some(cfg.save_mode),
         ..Default::default()
     };
+    let resumed = match (&mut saver, cfg.resume) {
+        (Saver::Ours(m), true) => m
+            .resume(&mut model, &mut optim, &mut sched)?
+            .zip(m.resumed_from().cloned()),
+        (Saver::Other(session, _), true) => match ckpt_burn::latest_valid(&cfg.dir)? {
+            Some(dir) => {
+                let r = restore(&dir, model, optim, sched)?;
+                model = r.model;
+                optim = r.optim;
+                sched = r.scheduler;
+                session.resumed_at(r.trainer.step);
+                let from = ckpt_burn::ResumedFrom {
+                    step: r.trainer.step,
+                    dir,
+                    remote: None,
+                };
+                Some((r.trainer, from))
+            }
+            None => None,
+        },
+        (_, false) => None,
+    };
     let mut start = 0;
-    match (cfg.resume, latest) {
-        (true, Some(dir)) => {
-            let r = restore(&dir, model, optim, sched)?;
-            model = r.model;
-            optim = r.optim;
-            sched = r.scheduler;
-            if r.trainer.base_seed != cfg.seed {
+    match resumed {
+        Some((trainer, from)) => {
+            if trainer.base_seed != cfg.seed {
                 return Err(Error::Config(format!(
                     "{} was written with --seed {}, not {}",
-                    dir.display(),
-                    r.trainer.base_seed,
+                    from.dir.display(),
+                    trainer.base_seed,
                     cfg.seed
                 )));
             }
-            loader.set_cursor(r.trainer.cursor)?;
-            start = r.trainer.step;
-            report.resumed_from = Some(dir);
-            report.resumed_from_remote = remote_source.take();
+            loader.set_cursor(trainer.cursor)?;
+            start = trainer.step;
+            report.resumed_from = Some(from.dir);
+            report.resumed_from_remote = from.remote;
         }
-        _ => {
+        None => {
             if let Some(init) = &cfg.init_from {
                 model = load_model(init, model)?;
             }
@@ -607,15 +655,10 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     }
     report.start_step = start;
 
-    let mut session = cfg.session();
-    session.resumed_at(start);
     let mse = MseLoss::new();
     let mut final_step = cfg.steps.max(start);
     let mut saved_before: Option<(u64, Option<u64>)> = None;
-    let wait_before_update = cfg.update_wait.applies_to(&device);
-    if cfg.checkpointing()
-        && let Some(at_capture) = cfg.optimizer_read.on(&device)
-    {
+    if ours && let Some(at_capture) = cfg.optimizer_read.on(&device) {
         report.optimizer_read = Some(if at_capture {
             "at-capture"
         } else {
@@ -639,10 +682,9 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         let lr = sched.step();
         // Forward and backward only read the state, so a save's staging overlaps them; the
         // update waits for what is still held where the policy says so (device memory).
-        let waited = if wait_before_update {
-            ckpt_burn::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT).waited
-        } else {
-            Duration::ZERO
+        let waited = match &mut saver {
+            Saver::Ours(m) => m.before_update(),
+            Saver::Other(..) => Duration::ZERO,
         };
         let after_save = saved_before
             .take()
@@ -663,69 +705,50 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
         report.step_ms.push(ms(step_time));
         report.final_loss = loss_value;
 
-        let b = session.boundary(step, step_time, target.in_flight(), Ok::<_, Error>)?;
-        if b.save {
-            saved_before = Some((step, device_in_use(&device)));
-            let trainer = TrainerState::new(step, loader.cursor(), cfg.seed);
-            session.save(&mut target, step, |t, gate| {
-                capture(
-                    t,
-                    gate,
-                    (cfg.save_mode, cfg.optimizer_read),
-                    (&model, &optim, &sched),
-                    &trainer,
-                )
-            })?;
+        let in_use = device_in_use(&device);
+        let (saved, stop) = saver.after_step(step, step_time, (&model, &optim, &sched), || {
+            TrainerState::new(step, loader.cursor(), cfg.seed)
+        })?;
+        if saved {
+            saved_before = Some((step, in_use));
         }
-        session.poll(&mut target)?;
         progress(&StepInfo {
             step,
             steps: cfg.steps,
             epoch,
             loss: loss_value.unwrap_or(f32::NAN),
-            published: session.published(),
-            in_flight: target.in_flight(),
+            published: saver.published(),
+            in_flight: saver.in_flight(),
         });
         if cfg.abort_at_step == Some(step) {
             std::process::abort();
         }
-        if b.stop {
+        if stop {
             final_step = step;
             break;
         }
     }
 
-    let burn_dir = matches!(target, Target::Burn(_)).then(|| BurnBaseline::dir(&cfg.dir));
-    if let Target::Engine(..) = target {
+    let burn = matches!(saver, Saver::Other(_, Baseline::Burn(_)));
+    if ours {
         report.max_in_flight = cfg.max_in_flight.max(1);
         report.backpressure = Some(cfg.backpressure);
     }
-    report.absorb(session.finish(target, Target::close)?);
-    // A wait before the next update is training time that save blocked (the session counted
-    // it in that step's time, so its `lost` has it already).
-    for sample in &report.pinned_at_next_update {
-        if let Some(save) = report.saves.iter_mut().find(|s| s.step == sample.save_step) {
-            save.stall_ms += sample.update_wait_ms;
-        }
-    }
-    if let Some(dir) = burn_dir {
+    let (session, uploads) = saver.finish()?;
+    report.absorb(session);
+    report.uploads = uploads;
+    if burn {
         // Burn's checkpointer reports no persist time; its bytes are on disk now.
+        let dir = BurnBaseline::dir(&cfg.dir);
         for s in &mut report.saves {
             s.persist_ms = None;
             s.bytes = BurnBaseline::bytes(&dir, s.step);
         }
     }
-    if let Some(u) = uploads {
-        report.uploads = u.lock().map(|d| d.clone()).unwrap_or_default();
-    }
     report.final_step = final_step;
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)
 }
-
-/// Longest wait before an update for a save's snapshot to give the state back; past it the
-/// update copies what is still held (a warning says so).
-const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
