@@ -47,6 +47,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Everything else has a default (the newest 3 checkpoints kept, one save persisting at a time,
+//! [`SaveTuning`]'s `auto` settings); [`ManagerConfig`] lists the rest: a stop flag with a
+//! grace period, the error policy, the object-store tier (feature `remote`).
+//!
 //! # The crates behind it
 //!
 //! - [`ckpt_core`]: the framework-agnostic engine (snapshot, background persist, atomic
@@ -68,5 +72,5 @@ pub use ckpt_zero;
 
 pub use ckpt_burn::checkpointers::CkptCheckpointers;
 pub use ckpt_burn::strategy::CkptTrainingStrategy;
-pub use ckpt_burn::{CheckpointManager, DataCursor, ManagerConfig};
+pub use ckpt_burn::{CheckpointManager, DataCursor, ManagerConfig, ManagerReport, SaveTuning};
 pub use ckpt_core::{EngineConfig, FrequencyPolicy, Retention};

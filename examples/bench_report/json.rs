@@ -29,7 +29,7 @@ pub(crate) fn write_json(i: &Inputs) -> serde_json::Value {
                 "sync_peak_bytes": r.mem.sync_peak, "burn_peak_bytes": r.mem.burn_peak,
                 "budget_peak_bytes": r.mem.budget_peak,
                 "budget_route": r.mem.budget_route,
-                "hwm_reset": r.mem.hwm_reset, "staging": r.mem.staging,
+                "hwm_reset": r.mem.hwm_reset,
             },
         })).collect::<Vec<_>>(),
         "persist": {

@@ -19,7 +19,7 @@
 //!    of 2 % and 5 %, each against the same steps without checkpoints run just before and
 //!    after it (their difference: the noise);
 //! 4. time to durable (submit to published) and restore time beside a read floor;
-//! 5. peak extra resident memory around a save against the engine's staging budget;
+//! 5. peak extra resident memory around a save against a 1 GiB budget;
 //! 6. ZeRO-1 on 4 rank threads: consolidated (gather to one writer) vs per-rank shards.
 //!
 //! The plots use `plotters` (optional dependency behind the `plots` feature, so that ordinary

@@ -1,12 +1,11 @@
 //! Section 5 of the report, peak extra memory: the resident-set growth of a save (each route,
-//! and one within the trainer's default budget) over a plain training step, against the
-//! engine's staging budget.
+//! and one within the budget) over a plain training step, against the
+//! 1 GiB budget ([`crate::cli::SECTION_BUDGET`]).
 
 use std::fmt::Write as _;
 
 use anyhow::Result;
 use burn_ckpt::ckpt_core::SaveRoute;
-use burn_ckpt::ckpt_core::StagingStats;
 use ckpt_demo::perf::{TrainState, proc_status_bytes, reset_peak_rss};
 
 use crate::{
@@ -31,7 +30,6 @@ pub(crate) struct MemRow {
     pub budget_route: Option<SaveRoute>,
     /// Whether the high-water mark could be reset around each measurement.
     pub hwm_reset: bool,
-    pub staging: StagingStats,
 }
 
 impl MemRow {
@@ -92,7 +90,6 @@ pub(crate) fn measure(
         st.train_step();
         Ok(())
     })?;
-    mem.staging = sv.ea.staging().stats();
     p.done_unit();
     p.line(format!(
         "memory {l}: extra peak RSS async {:.0} MB, within budget {:.0} MB ({:?}), sync {:.0} MB, burn {:.0} MB",
@@ -113,9 +110,9 @@ pub(crate) fn write_section(w: &mut String, i: &Inputs) {
         w,
         "Process resident-set high-water mark (`VmHWM`, /proc/self/status), {}, growth over the \
          resident set before: save + the next training step + waiting for the persist, minus \
-         the growth of a plain training step (its gradients and activations). Budget: the \
-         trainer's default `--snapshot-budget-mb`, {:.0} MB (1024 MiB, as the engine's staging \
-         budget). One \
+         the growth of a plain training step (its gradients and activations). Budget: \
+         {:.0} MB (1024 MiB, the trainer's default `--snapshot-budget-mb` before it became \
+         `auto`). One \
          measurement per mode and size; allocator reuse of freed memory makes small sizes read \
          low.\n",
         if reset {

@@ -107,8 +107,7 @@ pub(crate) fn measure(
     p.status(format!("{l}: building the state"));
     let mut st = TrainState::new(size)?;
     let bytes = st.state_bytes() as u64;
-    // The trainer's default `--snapshot-budget-mb`, equal to the engine's staging budget.
-    let budget = EngineConfig::new(tmp).staging_budget;
+    let budget = crate::cli::SECTION_BUDGET;
     p.line(format!(
         "stall {l}: {:.1} MB of model + AdamW state ({} x {} MLP)",
         mb(bytes as f64),

@@ -67,7 +67,7 @@ use burn::train::{
 use ckpt_core::{CheckpointSession, FrequencyPolicy, SessionConfig, checkpoint_dir_name};
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
-use crate::{FrozenState, LearnerTap, OptimizerRead, UpdateWait};
+use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning};
 
 /// Manifest entry: training iterations of the epoch done at the checkpoint.
 pub const META_EPOCH_ITERATION: &str = "burn_epoch_iteration";
@@ -94,6 +94,7 @@ pub struct CkptTrainingStrategy {
     save_on_stop: bool,
     resume_latest: bool,
     deterministic: Option<u64>,
+    tuning: SaveTuning,
     /// Computed by `train`, taken by `fit` (avoids verifying the checkpoint twice).
     resume: Mutex<Option<ResumePoint>>,
 }
@@ -126,6 +127,7 @@ impl CkptTrainingStrategy {
             save_on_stop: true,
             resume_latest: false,
             deterministic: None,
+            tuning: SaveTuning::default(),
             resume: Mutex::new(None),
         }
     }
@@ -163,6 +165,13 @@ impl CkptTrainingStrategy {
     /// the backend RNG during training must hold it too, or the replay breaks.
     pub fn deterministic(mut self, seed: u64) -> Self {
         self.deterministic = Some(seed);
+        self
+    }
+
+    /// How background saves trade memory against training time ([`SaveTuning`]; every
+    /// setting `auto` by default, as for [`crate::CheckpointManager`]).
+    pub fn tuning(mut self, tuning: SaveTuning) -> Self {
+        self.tuning = tuning;
         self
     }
 
@@ -445,7 +454,9 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             grad_accumulation,
             ..
         } = components;
-        let mut session = SessionConfig::new(self.policy);
+        let mut session = SessionConfig::new(self.policy)
+            .memory_budget(self.tuning.budget())
+            .model_staging(self.tuning.staging());
         // Epoch ends and stops are saved whatever the frequency.
         session.enabled = true;
         let mut run = Run {
@@ -455,11 +466,11 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             session: CheckpointSession::new(session),
             step: resume.map_or(0, |p| p.step),
             seed: self.deterministic.unwrap_or(0),
-            optimizer_read: OptimizerRead::default(),
+            optimizer_read: self.tuning.read(),
         };
         // Where the state is device memory, an update waits until the saves' staging has given
         // the state back (it overlaps the forward and backward passes), instead of copying it.
-        let wait_before_update = UpdateWait::default().applies_to(&self.device);
+        let wait_before_update = self.tuning.wait().applies_to(&self.device);
         if let Some(p) = resume {
             run.session.resumed_at(p.step);
         }

@@ -16,7 +16,7 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
 use crate::{
-    Error, RecoveryReport, Result, Retention, RootLock, Snapshot, StagingPool, StagingStats,
+    Error, RecoveryReport, Result, Retention, RootLock, Snapshot,
     publish::Publisher,
     recovery,
     storage::{LocalDisk, Storage},
@@ -46,8 +46,6 @@ pub struct EngineConfig {
     pub backpressure: Backpressure,
     /// Retention after each publication.
     pub retention: Retention,
-    /// Staging-memory budget in bytes for [`Engine::staging`].
-    pub staging_budget: u64,
     /// Nice value of the persist thread, which also runs as `SCHED_BATCH` so that waking it
     /// never preempts the trainer and its encoding yields to training on shared cores
     /// (Linux). `None` keeps the creating thread's priority: choose it when other CPU-heavy
@@ -59,7 +57,7 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// Defaults: one checkpoint in flight, block when full, keep everything, 1 GiB staging, a
+    /// Defaults: one checkpoint in flight, block when full, keep everything, a
     /// background-priority persist thread.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
@@ -67,7 +65,6 @@ impl EngineConfig {
             max_in_flight: 1,
             backpressure: Backpressure::Block,
             retention: Retention::keep_all(),
-            staging_budget: 1 << 30,
             persist_nice: Some(Self::PERSIST_NICE),
             storage: Arc::new(LocalDisk),
         }
@@ -97,11 +94,6 @@ impl EngineConfig {
     /// Sets retention.
     pub fn retention(mut self, r: Retention) -> Self {
         self.retention = r;
-        self
-    }
-    /// Sets the staging budget in bytes.
-    pub fn staging_budget(mut self, bytes: u64) -> Self {
-        self.staging_budget = bytes;
         self
     }
 }
@@ -170,8 +162,6 @@ pub struct EngineMetrics {
     pub blocked_total: Duration,
     /// Newest published step.
     pub last_step: Option<u64>,
-    /// Staging pool counters.
-    pub staging: StagingStats,
 }
 
 /// What [`Engine::finish`] returns.
@@ -237,7 +227,6 @@ impl JobQueue {
 pub struct Engine {
     config: EngineConfig,
     publisher: Arc<Publisher>,
-    staging: StagingPool,
     jobs: Arc<JobQueue>,
     done: Receiver<Result<SaveEvent>>,
     worker: Option<JoinHandle<()>>,
@@ -294,7 +283,6 @@ impl Engine {
             ..Default::default()
         };
         let engine = Self {
-            staging: StagingPool::new(config.staging_budget),
             config,
             publisher,
             jobs,
@@ -312,11 +300,6 @@ impl Engine {
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.config.root
-    }
-
-    /// The staging pool (budgeted, reusable buffers for snapshot copies).
-    pub fn staging(&self) -> &StagingPool {
-        &self.staging
     }
 
     /// Checkpoints queued or being written.
@@ -352,7 +335,6 @@ impl Engine {
     pub fn metrics(&self) -> EngineMetrics {
         let mut m = self.metrics.clone();
         m.in_flight = self.in_flight();
-        m.staging = self.staging.stats();
         m
     }
 

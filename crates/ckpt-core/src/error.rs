@@ -124,9 +124,6 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// The staging pool refused a lease.
-    #[error(transparent)]
-    Staging(#[from] crate::StagingError),
     /// The persist thread is gone (it panicked).
     #[error("the checkpoint persist thread stopped unexpectedly: {0}")]
     WorkerGone(String),

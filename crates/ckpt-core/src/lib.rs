@@ -50,7 +50,6 @@ mod retention;
 mod rewind;
 mod session;
 mod snapshot;
-mod staging;
 pub mod storage;
 mod verify;
 mod writeback;
@@ -80,7 +79,6 @@ pub use session::{
     StopOutcome, StopReport, Submitted,
 };
 pub use snapshot::{Part, PartData, PartProducer, Snapshot};
-pub use staging::{StagingBuf, StagingError, StagingPool, StagingStats};
 pub use storage::{LocalDisk, Storage};
 pub use verify::{
     read_manifest, read_manifest_in, read_part, read_part_in, verify_checkpoint,

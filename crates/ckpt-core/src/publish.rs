@@ -195,7 +195,6 @@ impl Publisher {
                 match part.data {
                     PartData::Bytes(b) => write_chunked(&mut w, &b),
                     PartData::Shared(b) => write_chunked(&mut w, &b),
-                    PartData::Staged(b) => write_chunked(&mut w, &b),
                     PartData::Adopted(_) => {
                         Err(io::Error::other("adopted part reached the writer"))
                     }

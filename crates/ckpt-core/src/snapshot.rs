@@ -6,10 +6,7 @@
 
 use std::{collections::BTreeMap, io::Write, sync::Arc, time::Duration};
 
-use crate::{
-    StagingBuf,
-    naming::{PartNameError, check_part_names},
-};
+use crate::naming::{PartNameError, check_part_names};
 
 /// Writes a part's bytes on the persist thread, from data that can no longer change (for
 /// example held tensor handles whose updates allocate instead of writing in place).
@@ -41,8 +38,6 @@ pub enum PartData {
     Bytes(Vec<u8>),
     /// Shared immutable bytes.
     Shared(Arc<[u8]>),
-    /// A buffer leased from the engine's staging pool; it returns to the pool once written.
-    Staged(StagingBuf),
     /// A producer that writes the bytes later, on the persist thread.
     Producer(Box<dyn PartProducer>),
     /// A file already written and fsynced (by another rank, say), moved into the checkpoint
@@ -55,7 +50,6 @@ impl std::fmt::Debug for PartData {
         match self {
             PartData::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
             PartData::Shared(b) => write!(f, "Shared({} bytes)", b.len()),
-            PartData::Staged(b) => write!(f, "Staged({} bytes)", b.len()),
             PartData::Producer(_) => f.write_str("Producer"),
             PartData::Adopted(d) => write!(f, "Adopted({})", d.path.display()),
         }
@@ -68,7 +62,6 @@ impl PartData {
         match self {
             PartData::Bytes(b) => Some(b.len() as u64),
             PartData::Shared(b) => Some(b.len() as u64),
-            PartData::Staged(b) => Some(b.len() as u64),
             PartData::Producer(_) => None,
             PartData::Adopted(d) => Some(d.size),
         }
@@ -211,11 +204,6 @@ impl Snapshot {
     /// Adds an owned-bytes part.
     pub fn with_bytes(self, name: impl Into<String>, bytes: Vec<u8>) -> Self {
         self.with_part(name, PartData::Bytes(bytes))
-    }
-
-    /// Adds a part from a staging buffer.
-    pub fn with_staged(self, name: impl Into<String>, buf: StagingBuf) -> Self {
-        self.with_part(name, PartData::Staged(buf))
     }
 
     /// Adds a file already written and fsynced by [`crate::write_durable_file`]; publishing
