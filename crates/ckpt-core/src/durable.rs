@@ -9,14 +9,10 @@
 
 use std::{
     io::{self, BufWriter, Write},
-    path::{Path, PathBuf},
+    path::PathBuf,
 };
 
-use crate::{
-    checksum::HashingWriter,
-    failpoints::durability_step,
-    storage::{LocalDisk, Storage},
-};
+use crate::{checksum::HashingWriter, failpoints::durability_step, storage::StoragePath};
 
 /// A file that is complete and fsynced, with the size and XXH3-64 computed while writing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,23 +25,17 @@ pub struct DurableFile {
     pub xxh3: u64,
 }
 
-/// Writes `path` (which must not exist) on the local disk through `fill`, fsyncs it, and
-/// returns its size and checksum. On error the partial file is removed.
-pub fn write_durable_file(
-    path: &Path,
+/// Writes the file `at` (which must not exist) through `fill`, fsyncs it, and returns its size
+/// and checksum. On error the partial file is removed. The file's data is durable when this
+/// returns; its name is not (the publisher's rename into the checkpoint and the syncs after it
+/// are what make it part of a durable checkpoint).
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn write_durable_file<'a>(
+    at: impl Into<StoragePath<'a>>,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<DurableFile> {
-    write_durable_file_in(&LocalDisk, path, fill)
-}
-
-/// [`write_durable_file`] through `storage`. The file's data is durable when this returns; its
-/// name is not (the publisher's rename into the checkpoint and the syncs after it are what
-/// make it part of a durable checkpoint).
-pub fn write_durable_file_in(
-    storage: &dyn Storage,
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<DurableFile> {
+    let StoragePath { storage, path } = at.into();
     let result = (|| {
         let file = storage.create_file(path)?;
         let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));

@@ -19,7 +19,7 @@ use crate::{
     Error, RecoveryReport, Result, Retention, RootLock, Snapshot,
     publish::Publisher,
     recovery,
-    storage::{LocalDisk, Storage},
+    storage::{LocalDisk, Storage, StoragePath},
 };
 
 /// What `submit` does when `max_in_flight` checkpoints are already being persisted.
@@ -250,7 +250,7 @@ impl Engine {
     /// Takes the writer lock on the root, runs start-up recovery and starts the persist thread.
     pub fn open(config: EngineConfig) -> Result<(Self, RecoveryReport)> {
         let lock = RootLock::acquire_in(&*config.storage, &config.root)?;
-        let report = recovery::recover_in(&*config.storage, &config.root)?;
+        let report = recovery::recover(StoragePath::new(&*config.storage, &config.root))?;
         let latest = report.latest.as_ref().map(|c| c.step);
         let publisher = Arc::new(Publisher::new(
             config.storage.clone(),

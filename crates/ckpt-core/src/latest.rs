@@ -7,17 +7,18 @@ use crate::{
     Error, Result,
     failpoints::{durability_step, io_failpoint},
     naming::{LATEST_FILE, TMP_PREFIX, nonce, parse_step_dir},
-    storage::{LocalDisk, Storage},
+    storage::{Storage, StoragePath},
 };
 
-/// Reads `ROOT/latest` on the local disk (None if absent).
-pub fn read_latest(root: &Path) -> Result<Option<String>> {
-    read_latest_in(&LocalDisk, root)
-}
-
-/// Reads `ROOT/latest` through `storage` (None if absent). A pointer that names no checkpoint
-/// directory (empty, garbled) is [`Error::Corrupt`].
-pub fn read_latest_in(storage: &dyn Storage, root: &Path) -> Result<Option<String>> {
+/// Reads `ROOT/latest` (None if absent). A pointer that names no checkpoint directory (empty,
+/// garbled) is [`Error::Corrupt`].
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn read_latest<'a>(at: impl Into<StoragePath<'a>>) -> Result<Option<String>> {
+    let StoragePath {
+        storage,
+        path: root,
+    } = at.into();
     let p = root.join(LATEST_FILE);
     match storage.read(&p) {
         Ok(bytes) => {

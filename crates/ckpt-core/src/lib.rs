@@ -56,31 +56,25 @@ mod writeback;
 
 pub use choice::{ModelStaging, StagingChooser, StagingPolicy, StagingRecord};
 pub use direct::{DirectIoStats, direct_io_stats};
-pub use durable::{DurableFile, write_durable_file, write_durable_file_in};
+pub use durable::{DurableFile, write_durable_file};
 pub use engine::{
     Backpressure, Engine, EngineConfig, EngineMetrics, SaveEvent, SubmitOutcome, Summary,
 };
 pub use error::{Error, Result, Stage};
 pub use frequency::{FrequencyController, FrequencyPolicy};
 pub use held::{AUTO_BUDGET_FRACTION, auto_snapshot_budget};
-pub use latest::{read_latest, read_latest_in};
-pub use listing::{
-    CheckpointInfo, CheckpointStatus, list_checkpoints, list_checkpoints_in, verify_root,
-    verify_root_in,
-};
+pub use latest::read_latest;
+pub use listing::{CheckpointInfo, CheckpointStatus, list_checkpoints, verify_root};
 pub use lock::RootLock;
 pub use manifest::{FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};
 pub use naming::{LATEST_FILE, LOCK_FILE, REWOUND_PREFIX, checkpoint_dir_name, parse_step_dir};
-pub use recovery::{RecoveryReport, garbage_collect, garbage_collect_in, recover, recover_in};
-pub use retention::{Retention, prune, prune_in};
+pub use recovery::{RecoveryReport, garbage_collect, recover};
+pub use retention::{Retention, prune};
 pub use session::{
     Boundary, CheckpointSession, FailedSave, LostTime, MemoryGate, Proposal, SaveErrorPolicy,
     SaveFailure, SaveMemory, SaveRecord, SaveRoute, SaveTarget, SessionConfig, SessionReport,
     StopOutcome, StopReport, Submitted,
 };
 pub use snapshot::{Part, PartData, PartProducer, Snapshot};
-pub use storage::{LocalDisk, Storage};
-pub use verify::{
-    read_manifest, read_manifest_in, read_part, read_part_in, verify_checkpoint,
-    verify_checkpoint_in,
-};
+pub use storage::{LocalDisk, Storage, StoragePath};
+pub use verify::{read_manifest, read_part, verify_checkpoint};

@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use crate::{
     Error, Manifest, Result,
-    latest::read_latest_in,
+    latest::read_latest,
     naming::{LATEST_FILE, parse_step_dir},
-    storage::{LocalDisk, Storage},
+    storage::{Storage, StoragePath},
     verify::{Depth, check_checkpoint},
 };
 
@@ -43,19 +43,19 @@ pub enum CheckpointStatus {
     Invalid(String),
 }
 
-/// Lists `step-*` directories in local `root`, oldest first. With `full`, every checksum is
+/// Lists `step-*` directories in `root`, oldest first. With `full`, every checksum is
 /// checked; otherwise only the manifest and file sizes.
-pub fn list_checkpoints(root: &Path, full: bool) -> Result<Vec<CheckpointInfo>> {
-    list_checkpoints_in(&LocalDisk, root, full)
-}
-
-/// [`list_checkpoints`] through `storage`.
-pub fn list_checkpoints_in(
-    st: &dyn Storage,
-    root: &Path,
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn list_checkpoints<'a>(
+    at: impl Into<StoragePath<'a>>,
     full: bool,
 ) -> Result<Vec<CheckpointInfo>> {
-    let latest = read_latest_in(st, root).ok().flatten();
+    let StoragePath {
+        storage: st,
+        path: root,
+    } = at.into();
+    let latest = read_latest(StoragePath::new(st, root)).ok().flatten();
     let (depth, verified) = if full {
         (Depth::Full, CheckpointStatus::Verified)
     } else {
@@ -107,20 +107,21 @@ pub(crate) fn step_dirs(st: &dyn Storage, root: &Path) -> Result<Vec<(u64, PathB
 /// Verifies every checkpoint in `root` and that `latest`, if present, names a valid one (it may
 /// be missing or lag behind after a crash; recovery repairs both). Returns the list; the error
 /// is the first problem found.
-pub fn verify_root(root: &Path) -> Result<Vec<CheckpointInfo>> {
-    verify_root_in(&LocalDisk, root)
-}
-
-/// [`verify_root`] through `storage`.
-pub fn verify_root_in(st: &dyn Storage, root: &Path) -> Result<Vec<CheckpointInfo>> {
-    let list = list_checkpoints_in(st, root, true)?;
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn verify_root<'a>(at: impl Into<StoragePath<'a>>) -> Result<Vec<CheckpointInfo>> {
+    let StoragePath {
+        storage: st,
+        path: root,
+    } = at.into();
+    let list = list_checkpoints(StoragePath::new(st, root), true)?;
     if let Some(bad) = list.iter().find_map(|c| match &c.status {
         CheckpointStatus::Invalid(r) => Some((c.path.clone(), r.clone())),
         _ => None,
     }) {
         return Err(Error::corrupt(bad.0, bad.1));
     }
-    match read_latest_in(st, root)? {
+    match read_latest(StoragePath::new(st, root))? {
         Some(name) if !list.iter().any(|c| c.latest) => {
             return Err(Error::corrupt(
                 root.join(LATEST_FILE),

@@ -14,10 +14,10 @@ use crate::{
     Error, FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest, PartData, Result, Retention,
     Snapshot, Stage, checksum,
     failpoints::{durability_step, io_failpoint},
-    latest::{read_latest_in, write_latest},
+    latest::{read_latest, write_latest},
     naming::{LATEST_FILE, TMP_PREFIX, checkpoint_dir_name, nonce},
     retention::apply_retention,
-    storage::Storage,
+    storage::{Storage, StoragePath},
 };
 
 const CHUNK: usize = 8 << 20;
@@ -363,7 +363,12 @@ impl Publisher {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default();
-            if read_latest_in(st, root).ok().flatten().as_deref() == Some(name) {
+            if read_latest(StoragePath::new(st, root))
+                .ok()
+                .flatten()
+                .as_deref()
+                == Some(name)
+            {
                 let _ = match prev {
                     Some(p) => write_latest(st, root, &checkpoint_dir_name(p)),
                     None => st.remove_file(&root.join(LATEST_FILE)),

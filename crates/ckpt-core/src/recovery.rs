@@ -2,18 +2,18 @@
 //! past invalid checkpoints (moved aside, not deleted), and making `latest` name the newest
 //! valid one; [`garbage_collect`] also deletes what recovery moved aside.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::{
     Error, Result,
-    latest::{read_latest_in, remove_latest, write_latest},
+    latest::{read_latest, remove_latest, write_latest},
     listing::{CheckpointInfo, CheckpointStatus, step_dirs},
     naming::{
         LATEST_FILE, QUARANTINE_PREFIX, TMP_PREFIX, checkpoint_dir_name, nonce, parse_step_dir,
     },
-    storage::{LocalDisk, Storage},
+    storage::StoragePath,
     verify::{Depth, check_checkpoint},
 };
 
@@ -38,15 +38,18 @@ impl RecoveryReport {
     }
 }
 
-/// Start-up recovery of a local root. Must run under the writer lock: removes stale `.tmp-*`,
+/// Start-up recovery of a root. Must run under the writer lock: removes stale `.tmp-*`,
 /// finds the newest checkpoint that fully verifies, moves newer invalid ones aside (warning for
 /// each), and makes `latest` name the newest valid checkpoint.
-pub fn recover(root: &Path) -> Result<RecoveryReport> {
-    recover_in(&LocalDisk, root)
-}
-
-/// [`recover`] through `storage`. What it changes is durable when it returns.
-pub fn recover_in(st: &dyn Storage, root: &Path) -> Result<RecoveryReport> {
+///
+/// What it changes is durable when it returns.
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn recover<'a>(at: impl Into<StoragePath<'a>>) -> Result<RecoveryReport> {
+    let StoragePath {
+        storage: st,
+        path: root,
+    } = at.into();
     let mut report = RecoveryReport::default();
     crate::storage::create_dir_all_durable(st, root).map_err(|e| Error::io(root, e))?;
     for ent in st.list(root).map_err(|e| Error::io(root, e))? {
@@ -95,7 +98,7 @@ pub fn recover_in(st: &dyn Storage, root: &Path) -> Result<RecoveryReport> {
             }
         }
     }
-    let current = read_latest_in(st, root).ok().flatten();
+    let current = read_latest(StoragePath::new(st, root)).ok().flatten();
     let want = report.latest.as_ref().map(|c| checkpoint_dir_name(c.step));
     if current != want {
         report.repaired_latest = true;
@@ -111,14 +114,15 @@ pub fn recover_in(st: &dyn Storage, root: &Path) -> Result<RecoveryReport> {
 }
 
 /// Removes stale `.tmp-*` and quarantined `.invalid-*` entries and invalid `step-*`
-/// directories of a local root (the caller holds the lock). Returns what was removed.
-pub fn garbage_collect(root: &Path) -> Result<Vec<PathBuf>> {
-    garbage_collect_in(&LocalDisk, root)
-}
-
-/// [`garbage_collect`] through `storage`.
-pub fn garbage_collect_in(st: &dyn Storage, root: &Path) -> Result<Vec<PathBuf>> {
-    let mut removed = recover_in(st, root)?.removed_tmp;
+/// directories of a root (the caller holds the lock). Returns what was removed.
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn garbage_collect<'a>(at: impl Into<StoragePath<'a>>) -> Result<Vec<PathBuf>> {
+    let StoragePath {
+        storage: st,
+        path: root,
+    } = at.into();
+    let mut removed = recover(StoragePath::new(st, root))?.removed_tmp;
     for ent in st.list(root).map_err(|e| Error::io(root, e))? {
         let p = root.join(&ent.name);
         let invalid_step =

@@ -6,10 +6,10 @@ use std::path::Path;
 use crate::{
     Error, Result,
     failpoints::{durability_step, io_failpoint},
-    latest::read_latest_in,
+    latest::read_latest,
     listing::step_dirs,
     naming::{TMP_PREFIX, checkpoint_dir_name, nonce, parse_step_dir},
-    storage::{LocalDisk, Storage},
+    storage::{Storage, StoragePath},
     verify::{Depth, check_checkpoint},
 };
 
@@ -68,7 +68,7 @@ pub(crate) fn apply_retention(
     policy: &Retention,
     step: u64,
 ) -> Result<Vec<u64>> {
-    let latest_step = read_latest_in(st, root)
+    let latest_step = read_latest(StoragePath::new(st, root))
         .ok()
         .flatten()
         .and_then(|n| parse_step_dir(&n));
@@ -106,15 +106,16 @@ pub(crate) fn apply_retention(
     Ok(removed)
 }
 
-/// Applies `policy` to a local root outside a save (the caller holds the lock), e.g. from
+/// Applies `policy` to a root outside a save (the caller holds the lock), e.g. from
 /// `ckpt gc`. Returns the removed steps.
-pub fn prune(root: &Path, policy: &Retention) -> Result<Vec<u64>> {
-    prune_in(&LocalDisk, root, policy)
-}
-
-/// [`prune`] through `storage`.
-pub fn prune_in(storage: &dyn Storage, root: &Path, policy: &Retention) -> Result<Vec<u64>> {
-    let latest = read_latest_in(storage, root)?
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn prune<'a>(at: impl Into<StoragePath<'a>>, policy: &Retention) -> Result<Vec<u64>> {
+    let StoragePath {
+        storage,
+        path: root,
+    } = at.into();
+    let latest = read_latest(StoragePath::new(storage, root))?
         .and_then(|n| parse_step_dir(&n))
         .unwrap_or(0);
     apply_retention(storage, root, policy, latest)

@@ -20,10 +20,57 @@ use std::{
     fmt,
     fs::{self, File, OpenOptions, TryLockError},
     io::{self, Read, Seek, SeekFrom, Write},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use crate::direct::DirectFile;
+
+/// A path and the [`Storage`] it lives on: what every function that reads or writes a
+/// checkpoint root or a checkpoint directory takes ([`crate::read_latest`],
+/// [`crate::verify_checkpoint`], [`crate::recover`], ...). A plain path (`&Path`, `&PathBuf`,
+/// `&str`) converts to one on the local disk; [`StoragePath::new`] names another storage.
+#[derive(Debug, Clone, Copy)]
+pub struct StoragePath<'a> {
+    /// The storage.
+    pub storage: &'a dyn Storage,
+    /// The path on it.
+    pub path: &'a Path,
+}
+
+impl<'a> StoragePath<'a> {
+    /// `path` on `storage`.
+    pub fn new(storage: &'a dyn Storage, path: &'a Path) -> Self {
+        Self { storage, path }
+    }
+
+    /// `path` on the local disk.
+    pub fn local(path: &'a Path) -> Self {
+        /// The local disk, for paths given without a storage.
+        static LOCAL: LocalDisk = LocalDisk;
+        Self {
+            storage: &LOCAL,
+            path,
+        }
+    }
+}
+
+impl<'a> From<&'a Path> for StoragePath<'a> {
+    fn from(path: &'a Path) -> Self {
+        Self::local(path)
+    }
+}
+
+impl<'a> From<&'a PathBuf> for StoragePath<'a> {
+    fn from(path: &'a PathBuf) -> Self {
+        Self::local(path)
+    }
+}
+
+impl<'a> From<&'a str> for StoragePath<'a> {
+    fn from(path: &'a str) -> Self {
+        Self::local(Path::new(path))
+    }
+}
 
 /// A file opened for writing by [`Storage::create_file`].
 pub trait WriteFile: Write + Send {

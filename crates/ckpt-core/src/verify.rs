@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::{
     Error, FileEntry, MANIFEST_FILE, Manifest, Result, checksum,
     naming::parse_step_dir,
-    storage::{LocalDisk, ReadFile, Storage},
+    storage::{LocalDisk, ReadFile, Storage, StoragePath},
 };
 
 /// Bytes read (and hashed) per step of a verified read: large enough for few system calls,
@@ -24,14 +24,15 @@ pub(crate) enum Depth {
     Full,
 }
 
-/// Reads and checks (self-checksum, format) the manifest of checkpoint directory `dir`, without
+/// Reads and checks (self-checksum, format) the manifest of a checkpoint directory, without
 /// reading the files it lists.
-pub fn read_manifest(dir: &Path) -> Result<Manifest> {
-    read_manifest_in(&LocalDisk, dir)
-}
-
-/// [`read_manifest`] through `storage`.
-pub fn read_manifest_in(st: &dyn Storage, dir: &Path) -> Result<Manifest> {
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn read_manifest<'a>(at: impl Into<StoragePath<'a>>) -> Result<Manifest> {
+    let StoragePath {
+        storage: st,
+        path: dir,
+    } = at.into();
     let path = dir.join(MANIFEST_FILE);
     let bytes = st.read(&path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -63,7 +64,7 @@ pub fn read_manifest_in(st: &dyn Storage, dir: &Path) -> Result<Manifest> {
 /// whole checkpoint calls: reads the manifest ([`read_manifest`]), checks every listed file's
 /// size, and with [`Depth::Full`] then every file's checksum. Returns the manifest.
 pub(crate) fn check_checkpoint(st: &dyn Storage, dir: &Path, depth: Depth) -> Result<Manifest> {
-    let m = read_manifest_in(st, dir)?;
+    let m = read_manifest(StoragePath::new(st, dir))?;
     for f in &m.files {
         let p = dir.join(&f.name);
         let len = st
@@ -82,25 +83,31 @@ pub(crate) fn check_checkpoint(st: &dyn Storage, dir: &Path, depth: Depth) -> Re
     Ok(m)
 }
 
-/// Fully verifies one local checkpoint directory: manifest self-checksum, every file's size
+/// Fully verifies one checkpoint directory: manifest self-checksum, every file's size
 /// and checksum. Errors name the offending file.
-pub fn verify_checkpoint(dir: &Path) -> Result<Manifest> {
-    check_checkpoint(&LocalDisk, dir, Depth::Full)
-}
-
-/// [`verify_checkpoint`] through `storage`.
-pub fn verify_checkpoint_in(st: &dyn Storage, dir: &Path) -> Result<Manifest> {
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn verify_checkpoint<'a>(at: impl Into<StoragePath<'a>>) -> Result<Manifest> {
+    let StoragePath {
+        storage: st,
+        path: dir,
+    } = at.into();
     check_checkpoint(st, dir, Depth::Full)
 }
 
-/// Reads one part of a local checkpoint and checks it against the manifest.
-pub fn read_part(dir: &Path, name: &str) -> Result<Vec<u8>> {
-    read_part_in(&LocalDisk, dir, name)
-}
-
-/// [`read_part`] through `storage`.
-pub fn read_part_in(st: &dyn Storage, dir: &Path, name: &str) -> Result<Vec<u8>> {
-    read_manifest_in(st, dir)?.read_part_into_in(st, dir, name, |size| vec![0u8; size])
+/// Reads one part of a checkpoint and checks it against the manifest.
+///
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+pub fn read_part<'a>(at: impl Into<StoragePath<'a>>, name: &str) -> Result<Vec<u8>> {
+    let StoragePath {
+        storage: st,
+        path: dir,
+    } = at.into();
+    read_manifest(StoragePath::new(st, dir))?.read_part_into(
+        StoragePath::new(st, dir),
+        name,
+        |size| vec![0u8; size],
+    )
 }
 
 impl Manifest {
@@ -111,29 +118,21 @@ impl Manifest {
     /// `size` bytes are filled and the rest is left as `alloc` made it. Errors name the file: a
     /// part the manifest does not list, a missing file, a size or checksum that differs
     /// ([`Error::Corrupt`]), or an I/O error ([`Error::Io`]).
-    pub fn read_part_into<B>(
+    ///
+    /// `at` is the directory on the local disk, or a [`StoragePath`] on another storage.
+    pub fn read_part_into<'a, B>(
         &self,
-        dir: &Path,
+        at: impl Into<StoragePath<'a>>,
         name: &str,
         alloc: impl FnOnce(usize) -> B,
     ) -> Result<B>
     where
         B: std::ops::DerefMut<Target = [u8]>,
     {
-        self.read_part_into_in(&LocalDisk, dir, name, alloc)
-    }
-
-    /// [`Manifest::read_part_into`] through `storage`.
-    pub fn read_part_into_in<B>(
-        &self,
-        st: &dyn Storage,
-        dir: &Path,
-        name: &str,
-        alloc: impl FnOnce(usize) -> B,
-    ) -> Result<B>
-    where
-        B: std::ops::DerefMut<Target = [u8]>,
-    {
+        let StoragePath {
+            storage: st,
+            path: dir,
+        } = at.into();
         let p = dir.join(name);
         let entry = listed(self, &p, name)?;
         let mut file = open_listed(st, &p)?;

@@ -82,11 +82,12 @@ fn workload(disk: &SimDisk) -> Acks {
 
 fn parts_of(disk: &SimDisk, step: u64) -> Result<Parts, String> {
     let dir = Path::new(ROOT).join(checkpoint_dir_name(step));
-    let m = ckpt_core::read_manifest_in(disk, &dir).map_err(|e| e.to_string())?;
+    let m = ckpt_core::read_manifest(ckpt_core::StoragePath::new(disk, &dir))
+        .map_err(|e| e.to_string())?;
     m.files
         .iter()
         .map(|f| {
-            ckpt_core::read_part_in(disk, &dir, &f.name)
+            ckpt_core::read_part(ckpt_core::StoragePath::new(disk, &dir), &f.name)
                 .map(|b| (f.name.clone(), b))
                 .map_err(|e| e.to_string())
         })
@@ -96,18 +97,21 @@ fn parts_of(disk: &SimDisk, step: u64) -> Result<Parts, String> {
 fn check(disk: &SimDisk, acks: &Acks, after_op: u64) -> Result<(), String> {
     let root = Path::new(ROOT);
     // 1. The raw pointer.
-    if let Some(name) = ckpt_core::read_latest_in(disk, root).map_err(|e| format!("1. {e}"))? {
-        ckpt_core::verify_checkpoint_in(disk, &root.join(&name))
+    if let Some(name) = ckpt_core::read_latest(ckpt_core::StoragePath::new(disk, root))
+        .map_err(|e| format!("1. {e}"))?
+    {
+        ckpt_core::verify_checkpoint(ckpt_core::StoragePath::new(disk, &root.join(&name)))
             .map_err(|e| format!("1. latest names {name}, which does not verify: {e}"))?;
     }
     // 2. Recovery.
     let (engine, rec) = Engine::open(config(disk)).map_err(|e| format!("2. recovery: {e}"))?;
     let got = rec.latest.map(|c| c.step).ok_or("2. nothing recovered")?;
-    let visible: Vec<u64> = ckpt_core::list_checkpoints_in(disk, root, false)
-        .map_err(|e| format!("2. listing: {e}"))?
-        .iter()
-        .map(|c| c.step)
-        .collect();
+    let visible: Vec<u64> =
+        ckpt_core::list_checkpoints(ckpt_core::StoragePath::new(disk, root), false)
+            .map_err(|e| format!("2. listing: {e}"))?
+            .iter()
+            .map(|c| c.step)
+            .collect();
     // 3. One timeline.
     if after_op >= acks.rewind {
         for &s in visible.iter().filter(|&&s| s > 2) {
@@ -145,7 +149,8 @@ fn check(disk: &SimDisk, acks: &Acks, after_op: u64) -> Result<(), String> {
         return Err("3. step 2 changed".into());
     }
     // 4. Nothing torn visible.
-    ckpt_core::verify_root_in(disk, root).map_err(|e| format!("4. {e}"))?;
+    ckpt_core::verify_root(ckpt_core::StoragePath::new(disk, root))
+        .map_err(|e| format!("4. {e}"))?;
     engine.finish().map_err(|e| format!("4. finish: {e}"))?;
     Ok(())
 }

@@ -158,7 +158,8 @@ pub(crate) fn workload(disk: &SimDisk) -> Expectations {
     let latest = rec.latest.expect("a checkpoint to resume from");
     assert_eq!(latest.step, 4);
     for (name, bytes) in &parts(4, 0) {
-        let got = ckpt_core::read_part_in(disk, &latest.path, name).expect("read back");
+        let got = ckpt_core::read_part(ckpt_core::StoragePath::new(disk, &latest.path), name)
+            .expect("read back");
         assert_eq!(&got, bytes, "resumed {name}");
     }
     // Replace the newest step in place (latest does not move).
@@ -179,7 +180,10 @@ pub(crate) fn workload(disk: &SimDisk) -> Expectations {
         let name = format!("optim-rank{rank}.bin");
         let bytes = payload(6, 0, &name, 1200);
         let path = PathBuf::from(ROOT).join(format!(".tmp-shard-{rank}-6"));
-        let durable = ckpt_core::write_durable_file_in(disk, &path, |w| w.write_all(&bytes))
+        let durable =
+            ckpt_core::write_durable_file(ckpt_core::StoragePath::new(disk, &path), |w| {
+                w.write_all(&bytes)
+            })
             .expect("shard written");
         snap = snap.with_adopted(name.clone(), durable);
         p.insert(name, bytes);
@@ -267,7 +271,7 @@ fn check(disk: &SimDisk, exp: &Expectations, point: &CrashPoint) -> Result<(), S
     let acked = exp.acked_at(point.after_op);
     // 1. The raw pointer, before recovery touches anything.
     if disk.exists(root) {
-        match ckpt_core::read_latest_in(disk, root) {
+        match ckpt_core::read_latest(ckpt_core::StoragePath::new(disk, root)) {
             Err(e) => return Err(format!("1. latest is unreadable before recovery: {e}")),
             Ok(None) => {
                 if let Some((s, _)) = acked {
@@ -275,7 +279,10 @@ fn check(disk: &SimDisk, exp: &Expectations, point: &CrashPoint) -> Result<(), S
                 }
             }
             Ok(Some(name)) => {
-                if let Err(e) = ckpt_core::verify_checkpoint_in(disk, &root.join(&name)) {
+                if let Err(e) = ckpt_core::verify_checkpoint(ckpt_core::StoragePath::new(
+                    disk,
+                    &root.join(&name),
+                )) {
                     return Err(format!(
                         "1. latest names {name}, which does not verify: {e}"
                     ));
@@ -314,10 +321,11 @@ fn check(disk: &SimDisk, exp: &Expectations, point: &CrashPoint) -> Result<(), S
                 c.step
             ));
         }
-        let m = ckpt_core::read_manifest_in(disk, &c.path).map_err(|e| format!("3. {e}"))?;
+        let m = ckpt_core::read_manifest(ckpt_core::StoragePath::new(disk, &c.path))
+            .map_err(|e| format!("3. {e}"))?;
         let mut got = Parts::new();
         for f in &m.files {
-            let b = ckpt_core::read_part_in(disk, &c.path, &f.name)
+            let b = ckpt_core::read_part(ckpt_core::StoragePath::new(disk, &c.path), &f.name)
                 .map_err(|e| format!("3. reading {}: {e}", f.name))?;
             got.insert(f.name.clone(), b);
         }
@@ -330,7 +338,7 @@ fn check(disk: &SimDisk, exp: &Expectations, point: &CrashPoint) -> Result<(), S
         }
     }
     // 4. Nothing torn left visible.
-    if let Err(e) = ckpt_core::verify_root_in(disk, root) {
+    if let Err(e) = ckpt_core::verify_root(ckpt_core::StoragePath::new(disk, root)) {
         return Err(format!("4. root does not verify after recovery: {e}"));
     }
     // 5. The root takes a new save.
@@ -344,7 +352,7 @@ fn check(disk: &SimDisk, exp: &Expectations, point: &CrashPoint) -> Result<(), S
         .finish()
         .map_err(|e| format!("5. finish after recovery failed: {e}"))?;
     let dir = root.join(checkpoint_dir_name(next));
-    ckpt_core::verify_checkpoint_in(disk, &dir)
+    ckpt_core::verify_checkpoint(ckpt_core::StoragePath::new(disk, &dir))
         .map_err(|e| format!("5. the save after recovery does not verify: {e}"))?;
     Ok(())
 }
