@@ -38,7 +38,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use burn_ckpt::ckpt_core::{self, Backpressure, SaveErrorPolicy, StopOutcome};
+use burn_ckpt::ckpt_core::{self, Backpressure, SaveErrorPolicy, session::StopOutcome};
 use ckpt_demo::{Backend, DemoConfig, DemoReport, Frequency, SaveMode, StepInfo, run};
 use clap::{Parser, ValueEnum};
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
@@ -78,7 +78,7 @@ enum OnSaveError {
 /// `--snapshot-budget-mb`: a number of MiB (0: no limit) or `auto`.
 #[derive(Debug, Clone, Copy)]
 enum Budget {
-    /// [`ckpt_core::auto_snapshot_budget`].
+    /// [`ckpt_core::session::auto_snapshot_budget`].
     Auto,
     /// This many MiB; 0: no limit.
     Mib(u64),
@@ -461,9 +461,13 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         OptimizerReadArg::Background => ckpt_burn::OptimizerRead::Background,
     };
     cfg.model_staging = match args.model_staging {
-        ModelStagingArg::Auto => ckpt_core::StagingPolicy::Measured,
-        ModelStagingArg::Stage => ckpt_core::StagingPolicy::Fixed(ckpt_core::ModelStaging::Stage),
-        ModelStagingArg::Hold => ckpt_core::StagingPolicy::Fixed(ckpt_core::ModelStaging::Hold),
+        ModelStagingArg::Auto => ckpt_core::staging::StagingPolicy::Measured,
+        ModelStagingArg::Stage => {
+            ckpt_core::staging::StagingPolicy::Fixed(ckpt_core::staging::ModelStaging::Stage)
+        }
+        ModelStagingArg::Hold => {
+            ckpt_core::staging::StagingPolicy::Fixed(ckpt_core::staging::ModelStaging::Hold)
+        }
     };
     cfg.update_wait = match args.update_wait {
         UpdateWaitArg::Auto => ckpt_burn::UpdateWait::Auto,
@@ -474,7 +478,7 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         Budget::Mib(0) => None,
         Budget::Mib(n) => Some(n << 20),
         Budget::Auto => {
-            let b = ckpt_core::auto_snapshot_budget();
+            let b = ckpt_core::session::auto_snapshot_budget();
             match b {
                 Some(b) => tracing::info!(
                     budget_mib = b >> 20,
@@ -574,7 +578,9 @@ fn conclude(
     }
     if let Some(stop) = &report.stopped {
         let name = signal_name(STOP_SIGNAL.load(Ordering::SeqCst));
-        let dir = cfg.dir.join(ckpt_core::checkpoint_dir_name(stop.step));
+        let dir = cfg
+            .dir
+            .join(ckpt_core::layout::checkpoint_dir_name(stop.step));
         return Ok(match stop.outcome {
             StopOutcome::Saved => {
                 eprintln!(

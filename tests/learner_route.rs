@@ -18,7 +18,7 @@ use burn_ckpt::ckpt_burn::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT, TRAINER_FILE, assign_param_ids,
     backend_rng_lock,
 };
-use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, checkpoint_dir_name};
+use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, layout::checkpoint_dir_name};
 use test_support::fs::verified_steps;
 use test_support::tiny::{Tiny, learner, loaders};
 

@@ -17,7 +17,7 @@ use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
 use burn_ckpt::ckpt_burn::stop::StopOnSignal;
 use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
-use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
+use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, layout::checkpoint_dir_name};
 use test_support::fs::{At, flip_byte, step_dir, verified_steps};
 use test_support::tiny::{Sample, Tiny, TinyBatcher, data, learner};
 

@@ -221,7 +221,7 @@ fn a_full_filesystem_stops_the_trainer_naming_the_step_and_reclaims_space() {
                 expect += e.unwrap().metadata().unwrap().len().div_ceil(4096) * 4096;
             }
         }
-        for f in [ckpt_core::LATEST_FILE, ckpt_core::LOCK_FILE] {
+        for f in [ckpt_core::layout::LATEST_FILE, ckpt_core::layout::LOCK_FILE] {
             expect += std::fs::metadata(dir.join(f)).unwrap().len().div_ceil(4096) * 4096;
         }
         let used = fs.used();

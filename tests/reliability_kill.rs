@@ -56,7 +56,7 @@ fn disk_state(root: &Path) -> (Vec<String>, Option<String>) {
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n != ckpt_core::LOCK_FILE)
+                .filter(|n| n != ckpt_core::layout::LOCK_FILE)
                 .collect()
         })
         .unwrap_or_default();
@@ -88,7 +88,7 @@ fn phase(root: &Path, before: &(Vec<String>, Option<String>)) -> &'static str {
             .is_some_and(|c| c.is_ascii_digit())
     }) {
         let tmp = root.join(t);
-        if tmp.join(ckpt_core::MANIFEST_FILE).exists() {
+        if tmp.join(ckpt_core::layout::MANIFEST_FILE).exists() {
             return "manifest written, before the rename";
         }
         let parts = std::fs::read_dir(&tmp).map(|rd| rd.count()).unwrap_or(0);
@@ -100,18 +100,18 @@ fn phase(root: &Path, before: &(Vec<String>, Option<String>)) -> &'static str {
     }
     let newest = names
         .iter()
-        .filter_map(|n| ckpt_core::parse_step_dir(n))
+        .filter_map(|n| ckpt_core::layout::parse_step_dir(n))
         .max();
     let latest = ckpt_core::read_latest(root)
         .ok()
         .flatten()
-        .and_then(|n| ckpt_core::parse_step_dir(&n));
+        .and_then(|n| ckpt_core::layout::parse_step_dir(&n));
     if newest.is_some() && newest > latest {
         return "renamed, before latest moved";
     }
     let steps = |v: &[String]| -> Vec<u64> {
         v.iter()
-            .filter_map(|n| ckpt_core::parse_step_dir(n))
+            .filter_map(|n| ckpt_core::layout::parse_step_dir(n))
             .collect()
     };
     let published = steps(&names);

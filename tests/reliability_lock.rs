@@ -61,7 +61,7 @@ fn the_lock_of_a_sigkilled_trainer_is_recovered_and_resume_matches() {
     let out = first.wait(LONG);
     assert!(!out.status.success());
     // The lock file still names the dead holder; the kernel released the lock itself.
-    let holder = std::fs::read_to_string(dir.join(ckpt_core::LOCK_FILE)).unwrap();
+    let holder = std::fs::read_to_string(dir.join(ckpt_core::layout::LOCK_FILE)).unwrap();
     assert!(holder.starts_with(&format!("pid {pid} ")), "{holder}");
     assert_published_valid(&dir);
     let report = tmp.path().join("report.json");

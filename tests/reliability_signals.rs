@@ -56,7 +56,10 @@ fn stop_and_resume(signal: &str, name: &str) {
         "stopped at {k}, signal after {seen}"
     );
     assert!(line.contains("is durable"), "{line}");
-    assert!(line.contains(&ckpt_core::checkpoint_dir_name(k)), "{line}");
+    assert!(
+        line.contains(&ckpt_core::layout::checkpoint_dir_name(k)),
+        "{line}"
+    );
 
     // The stop step's checkpoint is published, verified, named by `latest`, and equals the
     // uninterrupted run's state at that step.

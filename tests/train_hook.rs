@@ -17,7 +17,7 @@ use burn::train::{LearningResult, SupervisedTraining, metric::LossMetric};
 use burn_ckpt::ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
 use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, backend_rng_lock};
-use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, checkpoint_dir_name};
+use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, layout::checkpoint_dir_name};
 use test_support::fs::{rewound_entries, verified_steps};
 use test_support::tiny::{Tiny, learner, loaders};
 

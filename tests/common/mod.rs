@@ -378,7 +378,7 @@ pub(crate) fn assert_same_checkpoint(a: &Path, b: &Path) {
             .unwrap_or_else(|e| panic!("{}: {e}", d.display()))
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n != ckpt_core::MANIFEST_FILE)
+            .filter(|n| n != ckpt_core::layout::MANIFEST_FILE)
             .collect();
         v.sort();
         v
@@ -411,7 +411,7 @@ pub(crate) fn assert_published_valid(root: &Path) -> Vec<u64> {
     let latest = ckpt_core::read_latest(root).expect("readable latest");
     match &latest {
         Some(name) => {
-            let step = ckpt_core::parse_step_dir(name).expect("latest names a step");
+            let step = ckpt_core::layout::parse_step_dir(name).expect("latest names a step");
             ckpt_core::verify_checkpoint(&step_dir(root, step))
                 .unwrap_or_else(|e| panic!("latest names an invalid checkpoint: {e}"));
         }
@@ -439,7 +439,7 @@ pub(crate) fn assert_crash_consistent(root: &Path) -> (Vec<u64>, bool) {
     let steps: Vec<u64> = list.iter().map(|c| c.step).collect();
     match ckpt_core::read_latest(root).expect("readable latest") {
         Some(name) => {
-            let step = ckpt_core::parse_step_dir(&name).expect("latest names a step");
+            let step = ckpt_core::layout::parse_step_dir(&name).expect("latest names a step");
             assert!(
                 steps.contains(&step),
                 "latest names {name}, not a published checkpoint"
@@ -459,7 +459,7 @@ pub(crate) fn assert_crash_consistent(root: &Path) -> (Vec<u64>, bool) {
 pub(crate) fn latest_step(root: &Path) -> Option<u64> {
     ckpt_core::read_latest(root)
         .expect("readable latest")
-        .and_then(|n| ckpt_core::parse_step_dir(&n))
+        .and_then(|n| ckpt_core::layout::parse_step_dir(&n))
 }
 
 /// Reads a JSON report.

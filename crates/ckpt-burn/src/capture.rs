@@ -52,7 +52,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, ExecutionError, Int, Tensor, Transaction};
-use ckpt_core::{ModelStaging, SaveMemory, Snapshot};
+use ckpt_core::{Snapshot, session::SaveMemory, staging::ModelStaging};
 
 use crate::data::mix_seed;
 use crate::pack::write_pack;

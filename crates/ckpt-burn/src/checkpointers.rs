@@ -72,7 +72,9 @@ use burn::train::checkpoint::{
     Checkpoint, Checkpointer, CheckpointerError, CheckpointingAction, CheckpointingStrategy,
 };
 use burn::train::metric::store::EventStoreClient;
-use ckpt_core::{Engine, EngineConfig, RecoveryReport, Snapshot, Summary, checkpoint_dir_name};
+use ckpt_core::{
+    Engine, EngineConfig, RecoveryReport, Snapshot, engine::Summary, layout::checkpoint_dir_name,
+};
 
 use crate::{MODEL_FILE, OPTIM_FILE, Result, SCHEDULER_FILE};
 

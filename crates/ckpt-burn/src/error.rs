@@ -115,7 +115,7 @@ pub enum Error {
 
 impl Error {
     /// The checkpoint error inside, if this is one.
-    fn save_failure(&self) -> Option<&dyn ckpt_core::SaveFailure> {
+    fn save_failure(&self) -> Option<&dyn ckpt_core::session::SaveFailure> {
         match self {
             Error::Core(e) => Some(e),
             #[cfg(feature = "remote")]
@@ -125,7 +125,7 @@ impl Error {
     }
 }
 
-impl ckpt_core::SaveFailure for Error {
+impl ckpt_core::session::SaveFailure for Error {
     fn failed_step(&self) -> Option<u64> {
         self.save_failure().and_then(|e| e.failed_step())
     }

@@ -39,7 +39,7 @@ pub use capture::{
     assign_param_ids, canonicalize_optimizer_bytes, encode_model, encode_optimizer,
     encode_scheduler, save_memory, step_seed,
 };
-pub use ckpt_core::ModelStaging;
+pub use ckpt_core::staging::ModelStaging;
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use error::{Error, Result};
 pub use learner_records::LearnerTap;

@@ -64,7 +64,7 @@ use burn::train::{
     LearningResult, SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader,
     TrainingComponents, TrainingItem, TrainingStrategy, ValidLoader,
 };
-use ckpt_core::{CheckpointSession, FrequencyPolicy, SessionConfig, checkpoint_dir_name};
+use ckpt_core::{CheckpointSession, FrequencyPolicy, SessionConfig, layout::checkpoint_dir_name};
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
 use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning};

@@ -72,7 +72,7 @@ impl UploadTier {
                 let from = format!(
                     "{}/{}",
                     self.remote.url(),
-                    ckpt_core::checkpoint_dir_name(r.step)
+                    ckpt_core::layout::checkpoint_dir_name(r.step)
                 );
                 tracing::warn!(
                     step = r.step,

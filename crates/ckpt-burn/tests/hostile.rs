@@ -54,7 +54,7 @@ fn fixture() -> &'static (PathBuf, Vec<Vec<u8>>) {
         cfg.steps = 3;
         cfg.frequency = Frequency::EverySteps(3);
         demo::run(&cfg, &mut |_| {}).expect("fixture training");
-        let dir = root.join(ckpt_core::checkpoint_dir_name(3));
+        let dir = root.join(ckpt_core::layout::checkpoint_dir_name(3));
         let bytes = FILES
             .iter()
             .map(|f| std::fs::read(dir.join(f)).unwrap())
@@ -153,7 +153,7 @@ fn resealed(which: usize, bytes: &[u8]) -> PathBuf {
     }
     engine.submit(snap).unwrap();
     engine.finish().unwrap();
-    root.join(ckpt_core::checkpoint_dir_name(3))
+    root.join(ckpt_core::layout::checkpoint_dir_name(3))
 }
 
 /// Runs both exposures for file `which` mutated to `bytes`.

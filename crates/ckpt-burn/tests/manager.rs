@@ -11,7 +11,7 @@ use burn::optim::{AdamWConfig, ModuleOptimizer};
 use burn::tensor::Device;
 use burn::train::TrainStep;
 use ckpt_burn::{CheckpointManager, DataCursor, Error, MODEL_FILE, ManagerConfig, OPTIM_FILE};
-use ckpt_core::checkpoint_dir_name;
+use ckpt_core::layout::checkpoint_dir_name;
 use test_support::fs::verified_steps;
 use test_support::tiny::{Tiny, TinyBatcher, data};
 

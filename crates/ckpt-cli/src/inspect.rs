@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context, Result, anyhow};
 use burn_pack::{Bytes, DType, Reader, Scalar};
 use ckpt_burn::{TRAINER_FILE, TrainerState};
-use ckpt_core::{MANIFEST_FILE, Manifest};
+use ckpt_core::{Manifest, layout::MANIFEST_FILE};
 
 /// How many leading values of each tensor `--json` shows.
 pub(crate) const LEADING_VALUES: usize = 8;

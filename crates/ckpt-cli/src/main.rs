@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use ckpt_core::{
-    CheckpointStatus, MANIFEST_FILE, Retention, RootLock, garbage_collect, list_checkpoints,
-    parse_step_dir, prune, read_latest, verify_checkpoint,
+    CheckpointStatus, Retention, RootLock, garbage_collect,
+    layout::{MANIFEST_FILE, parse_step_dir},
+    list_checkpoints, prune, read_latest, verify_checkpoint,
 };
 use clap::{Parser, Subcommand, ValueEnum};
 

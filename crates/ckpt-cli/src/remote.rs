@@ -15,7 +15,7 @@ pub(crate) fn is_url(arg: &str) -> bool {
 fn split_step(url: &str) -> (&str, Option<u64>) {
     let trimmed = url.trim_end_matches('/');
     match trimmed.rsplit_once('/') {
-        Some((prefix, last)) => match ckpt_core::parse_step_dir(last) {
+        Some((prefix, last)) => match ckpt_core::layout::parse_step_dir(last) {
             Some(step) => (prefix, Some(step)),
             None => (trimmed, None),
         },
@@ -66,7 +66,7 @@ pub(crate) fn ls(url: &str, json: bool) -> Result<()> {
         };
         println!(
             "{:<16} {:>10} {size:>10}  {status}",
-            ckpt_core::checkpoint_dir_name(c.step),
+            ckpt_core::layout::checkpoint_dir_name(c.step),
             c.step
         );
     }
@@ -90,7 +90,10 @@ pub(crate) fn verify(url: &str) -> Result<()> {
     let list = remote.list()?;
     let mut failures = 0;
     for c in &list {
-        let shown = format!("{prefix}/{}", ckpt_core::checkpoint_dir_name(c.step));
+        let shown = format!(
+            "{prefix}/{}",
+            ckpt_core::layout::checkpoint_dir_name(c.step)
+        );
         let checked = match &c.invalid {
             Some(r) => Err(r.clone()),
             None => remote.verify(c.step).map_err(|e| e.to_string()),
@@ -137,7 +140,7 @@ pub(crate) fn gc(url: &str, keep_last: Option<usize>) -> Result<()> {
     for s in remote.garbage_collect()? {
         println!(
             "removed {url}/{} (unpublished)",
-            ckpt_core::checkpoint_dir_name(s)
+            ckpt_core::layout::checkpoint_dir_name(s)
         );
     }
     if let Some(n) = keep_last {

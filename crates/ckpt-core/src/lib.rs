@@ -20,10 +20,9 @@
 //! ```
 
 mod checksum;
-mod choice;
 mod direct;
 mod durable;
-mod engine;
+pub mod engine;
 mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
@@ -33,6 +32,7 @@ mod failpoints;
 mod frequency;
 mod held;
 mod latest;
+pub mod layout;
 mod listing;
 mod lock;
 mod manifest;
@@ -48,33 +48,27 @@ mod recovery;
 #[cfg_attr(not(feature = "failpoints"), allow(clippy::redundant_closure_call))]
 mod retention;
 mod rewind;
-mod session;
-mod snapshot;
+pub mod session;
+pub mod snapshot;
+pub mod staging;
 pub mod storage;
 mod verify;
 mod writeback;
 
-pub use choice::{ModelStaging, StagingChooser, StagingPolicy, StagingRecord};
-pub use direct::{DirectIoStats, direct_io_stats};
 pub use durable::{DurableFile, write_durable_file};
-pub use engine::{
-    Backpressure, Engine, EngineConfig, EngineMetrics, SaveEvent, SubmitOutcome, Summary,
-};
+pub use engine::{Backpressure, Engine, EngineConfig, SaveEvent};
 pub use error::{Error, Result, Stage};
-pub use frequency::{FrequencyController, FrequencyPolicy};
-pub use held::{AUTO_BUDGET_FRACTION, auto_snapshot_budget};
+pub use frequency::FrequencyPolicy;
 pub use latest::read_latest;
 pub use listing::{CheckpointInfo, CheckpointStatus, list_checkpoints, verify_root};
 pub use lock::RootLock;
-pub use manifest::{FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};
-pub use naming::{LATEST_FILE, LOCK_FILE, REWOUND_PREFIX, checkpoint_dir_name, parse_step_dir};
+pub use manifest::Manifest;
 pub use recovery::{RecoveryReport, garbage_collect, recover};
 pub use retention::{Retention, prune};
 pub use session::{
-    Boundary, CheckpointSession, FailedSave, LostTime, MemoryGate, Proposal, SaveErrorPolicy,
-    SaveFailure, SaveMemory, SaveRecord, SaveRoute, SaveTarget, SessionConfig, SessionReport,
-    StopOutcome, StopReport, Submitted,
+    CheckpointSession, MemoryGate, SaveErrorPolicy, SaveRoute, SaveTarget, SessionConfig,
+    SessionReport, Submitted,
 };
-pub use snapshot::{Part, PartData, PartProducer, Snapshot};
+pub use snapshot::Snapshot;
 pub use storage::{LocalDisk, Storage, StoragePath};
 pub use verify::{read_manifest, read_part, verify_checkpoint};

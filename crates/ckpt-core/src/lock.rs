@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    Error, LOCK_FILE, Result,
+    Error, Result,
+    layout::LOCK_FILE,
     storage::{LocalDisk, LockAttempt, LockGuard, Storage},
 };
 

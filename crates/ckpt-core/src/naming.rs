@@ -10,7 +10,7 @@
 //! ROOT/.lock                         the writer lock
 //! ```
 
-use crate::MANIFEST_FILE;
+use crate::layout::MANIFEST_FILE;
 
 /// File name of the pointer to the newest published checkpoint.
 pub const LATEST_FILE: &str = "latest";
@@ -92,7 +92,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::{Error, FileEntry, Manifest, Snapshot};
+    use crate::{Error, Manifest, Snapshot, layout::FileEntry};
 
     #[test]
     fn step_dir_names_roundtrip() {
@@ -160,7 +160,7 @@ mod tests {
             Err(Error::InvalidSnapshot { step: 3, .. })
         ));
         let m = Manifest {
-            format_version: crate::FORMAT_VERSION,
+            format_version: crate::layout::FORMAT_VERSION,
             step: 3,
             epoch: 0,
             world_size: 1,

@@ -11,12 +11,13 @@ use std::{
 };
 
 use crate::{
-    Error, FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest, PartData, Result, Retention,
-    Snapshot, Stage, checksum,
+    Error, Manifest, Result, Retention, Snapshot, Stage, checksum,
     failpoints::{durability_step, io_failpoint},
     latest::{read_latest, write_latest},
+    layout::{FORMAT_VERSION, FileEntry, MANIFEST_FILE},
     naming::{LATEST_FILE, TMP_PREFIX, checkpoint_dir_name, nonce},
     retention::apply_retention,
+    snapshot::PartData,
     storage::{Storage, StoragePath},
 };
 

@@ -74,7 +74,7 @@ pub(crate) fn rewind(
 /// a checkpoint being moved), then moves every checkpoint newer than `to` aside (newest
 /// first), then removes the intent; each step durable before the next.
 fn complete(st: &dyn Storage, root: &Path, to: Option<u64>) -> Result<Vec<(u64, PathBuf)>> {
-    let lf = root.join(crate::LATEST_FILE);
+    let lf = root.join(crate::layout::LATEST_FILE);
     match to {
         Some(k) if st.exists(&root.join(checkpoint_dir_name(k))) => {
             write_latest(st, root, &checkpoint_dir_name(k))

@@ -15,7 +15,7 @@
 //! The loop calls [`CheckpointSession::boundary`] after every optimizer step, then
 //! [`CheckpointSession::save`] when it says so, [`CheckpointSession::poll`] every step, and
 //! [`CheckpointSession::finish`] at the end. Where the state goes is a [`SaveTarget`]: the
-//! [`Engine`](crate::Engine) on one rank, a sharded saver on several.
+//! [`Engine`] on one rank, a sharded saver on several.
 //!
 //! ```no_run
 //! use ckpt_core::{CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig,
@@ -56,8 +56,10 @@ use std::{
 
 use serde::Serialize;
 
-use crate::choice::{ModelStaging, StagingChooser, StagingPolicy, StagingRecord};
-use crate::{Engine, Error, FrequencyController, FrequencyPolicy, SaveEvent, SubmitOutcome};
+pub use crate::frequency::FrequencyController;
+pub use crate::held::{AUTO_BUDGET_FRACTION, auto_snapshot_budget};
+use crate::staging::{ModelStaging, StagingChooser, StagingPolicy, StagingRecord};
+use crate::{Engine, Error, FrequencyPolicy, SaveEvent, engine::SubmitOutcome};
 
 /// What the session does when a checkpoint fails to persist (disk full, I/O error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]

@@ -24,6 +24,7 @@ use std::{
 };
 
 use crate::direct::DirectFile;
+pub use crate::direct::{DirectIoStats, direct_io_stats};
 
 /// A path and the [`Storage`] it lives on: what every function that reads or writes a
 /// checkpoint root or a checkpoint directory takes ([`crate::read_latest`],

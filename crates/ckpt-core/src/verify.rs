@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use crate::{
-    Error, FileEntry, MANIFEST_FILE, Manifest, Result, checksum,
+    Error, Manifest, Result, checksum,
+    layout::{FileEntry, MANIFEST_FILE},
     naming::parse_step_dir,
     storage::{LocalDisk, ReadFile, Storage, StoragePath},
 };

@@ -4,9 +4,9 @@
 use std::{fs, path::Path, time::Duration};
 
 use ckpt_core::{
-    CheckpointStatus, Engine, EngineConfig, Error, FrequencyController, FrequencyPolicy, Retention,
-    Snapshot, SubmitOutcome, list_checkpoints, read_latest, read_part, recover, verify_checkpoint,
-    verify_root,
+    CheckpointStatus, Engine, EngineConfig, Error, FrequencyPolicy, Retention, Snapshot,
+    engine::SubmitOutcome, list_checkpoints, read_latest, read_part, recover,
+    session::FrequencyController, verify_checkpoint, verify_root,
 };
 use test_support::fs::tmp_entries;
 
@@ -348,7 +348,7 @@ fn replace_swaps_an_existing_checkpoint_atomically() {
 }
 
 /// A producer that writes `len` bytes once `go` says so.
-fn gated(len: usize, go: std::sync::mpsc::Receiver<()>) -> impl ckpt_core::PartProducer {
+fn gated(len: usize, go: std::sync::mpsc::Receiver<()>) -> impl ckpt_core::snapshot::PartProducer {
     move |w: &mut dyn std::io::Write| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         go.recv()?;
         w.write_all(&vec![3u8; len])?;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ckpt_core::{
-    Backpressure, Engine, EngineConfig, Error, Retention, Snapshot, Stage, SubmitOutcome,
+    Backpressure, Engine, EngineConfig, Error, Retention, Snapshot, Stage, engine::SubmitOutcome,
     failpoints, read_latest, verify_root,
 };
 use fail::FailScenario;

@@ -12,7 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use ckpt_core::{
-    Engine, EngineConfig, FORMAT_VERSION, LATEST_FILE, MANIFEST_FILE, Manifest, Snapshot,
+    Engine, EngineConfig, Manifest, Snapshot,
+    layout::{FORMAT_VERSION, LATEST_FILE, MANIFEST_FILE},
     list_checkpoints, read_latest, read_part, recover, verify_checkpoint, verify_root,
 };
 use proptest::prelude::*;
@@ -252,7 +253,7 @@ proptest! {
         let root = dir.parent().unwrap();
         std::fs::write(root.join(LATEST_FILE), &garbage).unwrap();
         match read_latest(root) {
-            Ok(Some(name)) => prop_assert!(ckpt_core::parse_step_dir(&name).is_some()),
+            Ok(Some(name)) => prop_assert!(ckpt_core::layout::parse_step_dir(&name).is_some()),
             Ok(None) => prop_assert!(false, "latest exists"),
             Err(e) => prop_assert!(e.to_string().contains(LATEST_FILE), "{}", e),
         }
@@ -284,7 +285,7 @@ fn file_names_reaching_outside_the_checkpoint_are_refused() {
         "model.bpk", // a duplicate entry
     ] {
         let mut m = Manifest::from_bytes(&bytes, Path::new("m")).unwrap();
-        m.files.push(ckpt_core::FileEntry {
+        m.files.push(ckpt_core::layout::FileEntry {
             name: name.to_string(),
             size: 6,
             xxh3: sum.clone(),

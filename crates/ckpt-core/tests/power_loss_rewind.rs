@@ -16,7 +16,7 @@
 
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
-use ckpt_core::{Engine, EngineConfig, Retention, Snapshot, checkpoint_dir_name};
+use ckpt_core::{Engine, EngineConfig, Retention, Snapshot, layout::checkpoint_dir_name};
 use test_support::simdisk::SimDisk;
 
 const ROOT: &str = "/ckpt";

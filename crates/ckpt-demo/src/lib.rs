@@ -58,7 +58,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// The checkpoint error inside, if this is one.
-    fn save_failure(&self) -> Option<&dyn ckpt_core::SaveFailure> {
+    fn save_failure(&self) -> Option<&dyn ckpt_core::session::SaveFailure> {
         match self {
             Error::Core(e) => Some(e),
             Error::Burn(e) => Some(e),
@@ -70,7 +70,7 @@ impl Error {
     }
 }
 
-impl ckpt_core::SaveFailure for Error {
+impl ckpt_core::session::SaveFailure for Error {
     fn failed_step(&self) -> Option<u64> {
         self.save_failure().and_then(|e| e.failed_step())
     }

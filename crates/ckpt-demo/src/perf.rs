@@ -33,7 +33,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::store::ModuleRecord;
 use burn::tensor::{Device, Distribution, Tensor};
 use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
-use ckpt_core::{Engine, PartData, SaveEvent, Snapshot};
+use ckpt_core::{Engine, SaveEvent, Snapshot, snapshot::PartData};
 
 use crate::model::{INPUT_DIM, Mlp, optimizer, scheduler};
 use ckpt_burn::{DataCursor, FrozenState, TrainerState, restore};
@@ -374,7 +374,9 @@ pub fn engine_persist(
         .find(|e| e.step == step)
         .ok_or_else(|| Error::Config(format!("step {step} was not published")))?;
     if step > 0 {
-        let prev = engine.root().join(ckpt_core::checkpoint_dir_name(step - 1));
+        let prev = engine
+            .root()
+            .join(ckpt_core::layout::checkpoint_dir_name(step - 1));
         if prev.exists() {
             fs::remove_dir_all(&prev).map_err(|e| io_err(&prev, e))?;
         }

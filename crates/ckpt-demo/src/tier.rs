@@ -176,13 +176,13 @@ pub(crate) fn restore(
     let local_step = local
         .and_then(|p| p.file_name())
         .and_then(|n| n.to_str())
-        .and_then(ckpt_core::parse_step_dir);
+        .and_then(ckpt_core::layout::parse_step_dir);
     match remote.restore_newest(engine, local_step)? {
         Some(r) => {
             let from = format!(
                 "{}/{}",
                 remote.url(),
-                ckpt_core::checkpoint_dir_name(r.step)
+                ckpt_core::layout::checkpoint_dir_name(r.step)
             );
             tracing::warn!(
                 step = r.step,

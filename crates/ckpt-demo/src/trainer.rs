@@ -32,9 +32,12 @@ use ckpt_burn::{
 };
 use ckpt_core::{
     Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
-    SessionConfig, SessionReport, StagingPolicy, Submitted,
+    SessionConfig, SessionReport, Submitted, staging::StagingPolicy,
 };
-pub use ckpt_core::{FailedSave, SaveErrorPolicy, SaveRecord, StopOutcome, StopReport};
+pub use ckpt_core::{
+    SaveErrorPolicy,
+    session::{FailedSave, SaveRecord, StopOutcome, StopReport},
+};
 use serde::Serialize;
 
 use crate::baseline::BurnBaseline;
@@ -131,7 +134,7 @@ pub struct DemoConfig {
     pub optimizer_read: OptimizerRead,
     /// How a background save on Flex takes the model off the training state: staged by a
     /// helper, held for the writer, or whichever measurably costs training less (the default;
-    /// see [`ckpt_core::StagingChooser`]). On a device backend the model is always staged.
+    /// see [`ckpt_core::staging::StagingChooser`]). On a device backend the model is always staged.
     pub model_staging: StagingPolicy,
     /// Upload every published checkpoint to this object-store prefix (`s3://bucket/prefix`,
     /// feature `remote`); a resume falls back to it when no local checkpoint is as new.
@@ -273,13 +276,13 @@ pub struct DemoReport {
     pub stopped: Option<StopReport>,
     /// The training time checkpoints cost (stalls, slower steps after each save, the final
     /// wait), as the session measured it.
-    pub lost: ckpt_core::LostTime,
+    pub lost: ckpt_core::session::LostTime,
     /// On Flex, each background save's model staging (staged or held) and what it cost
     /// training as measured (`--model-staging`).
-    pub model_staging: Vec<ckpt_core::StagingRecord>,
+    pub model_staging: Vec<ckpt_core::staging::StagingRecord>,
     /// This process's direct-I/O counters at the end of the run: reused write buffers and the
     /// bytes written past the page cache.
-    pub direct_io: ckpt_core::DirectIoStats,
+    pub direct_io: ckpt_core::storage::DirectIoStats,
     /// For each save, the state its snapshot still held handle clones of when the next
     /// optimizer update ran (sampled just before it): what that update had to copy instead of
     /// writing in place (host memory on Flex, device memory on wgpu).
@@ -344,7 +347,7 @@ impl DemoReport {
         self.stopped = s.stopped;
         self.lost = s.lost;
         self.model_staging = s.model_staging;
-        self.direct_io = ckpt_core::direct_io_stats();
+        self.direct_io = ckpt_core::storage::direct_io_stats();
     }
 }
 
@@ -374,7 +377,7 @@ pub fn open_engine(cfg: &DemoConfig) -> Result<(Engine, Option<PathBuf>)> {
              --fresh to start over (its checkpoints are moved aside to .rewound-*), or use \
              another --dir",
             cfg.dir.display(),
-            ckpt_core::checkpoint_dir_name(c.step)
+            ckpt_core::layout::checkpoint_dir_name(c.step)
         ))),
         (Some(_), false, true) => {
             let moved = engine.rewind(None)?;
@@ -458,7 +461,7 @@ fn open_manager(cfg: &DemoConfig) -> Result<CheckpointManager> {
              --fresh to start over (its checkpoints are moved aside to .rewound-*), or use \
              another --dir",
             cfg.dir.display(),
-            ckpt_core::checkpoint_dir_name(step)
+            ckpt_core::layout::checkpoint_dir_name(step)
         )));
     }
     Ok(m)
@@ -522,7 +525,7 @@ impl Saver {
                         Baseline::Burn(burn) => {
                             let ev = burn.save(trainer.step, model, optim, sched)?;
                             Ok(Submitted {
-                                outcome: ckpt_core::SubmitOutcome::WrittenSync(ev),
+                                outcome: ckpt_core::engine::SubmitOutcome::WrittenSync(ev),
                                 route: SaveRoute::Background,
                             })
                         }

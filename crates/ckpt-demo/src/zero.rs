@@ -22,7 +22,7 @@ use ckpt_burn::{
     DataCursor, TrainerState, load_model, load_scheduler, load_trainer_state, mix_seed,
     save_memory, step_seed,
 };
-use ckpt_core::{Engine, SaveTarget, SubmitOutcome, Submitted};
+use ckpt_core::{Engine, SaveTarget, Submitted, engine::SubmitOutcome};
 use ckpt_zero::collective::{Collective, ThreadGroup};
 use ckpt_zero::shards::{filter_optimizer, read_full_optimizer};
 use ckpt_zero::{ShardFormat, ShardJob, ShardedSaver, Zero1, agree_on_boundary, join_ranks};

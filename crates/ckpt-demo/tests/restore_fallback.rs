@@ -3,7 +3,7 @@
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use ckpt_burn::{Error, MODEL_FILE, OPTIM_FILE, latest_valid, restore, restore_latest};
-use ckpt_core::{Engine, EngineConfig, Retention, checkpoint_dir_name};
+use ckpt_core::{Engine, EngineConfig, Retention, layout::checkpoint_dir_name};
 use ckpt_demo::perf::{StateSize, TrainState};
 use test_support::fs::{At, flip_byte};
 

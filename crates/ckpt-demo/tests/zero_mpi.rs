@@ -71,8 +71,8 @@ fn mpirun_four_ranks_match_four_threads() {
                 String::from_utf8_lossy(&out.stderr)
             );
             for step in [4, 8] {
-                let a = threads.join(ckpt_core::checkpoint_dir_name(step));
-                let b = dir.join(ckpt_core::checkpoint_dir_name(step));
+                let a = threads.join(ckpt_core::layout::checkpoint_dir_name(step));
+                let b = dir.join(ckpt_core::layout::checkpoint_dir_name(step));
                 let m = ckpt_core::verify_checkpoint(&b).unwrap();
                 assert_eq!(m.world_size, 4);
                 let mut names: Vec<String> = vec![

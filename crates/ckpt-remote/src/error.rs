@@ -73,7 +73,7 @@ pub enum Error {
     Gone(String),
 }
 
-impl ckpt_core::SaveFailure for Error {
+impl ckpt_core::session::SaveFailure for Error {
     fn failed_step(&self) -> Option<u64> {
         match self {
             Error::Upload { step, .. }

@@ -10,7 +10,10 @@ use std::{
 };
 
 use bytes::Bytes;
-use ckpt_core::{Engine, MANIFEST_FILE, Manifest, SaveEvent, Snapshot, checkpoint_dir_name};
+use ckpt_core::{
+    Engine, Manifest, SaveEvent, Snapshot,
+    layout::{MANIFEST_FILE, checkpoint_dir_name},
+};
 use futures_util::StreamExt;
 use object_store::{
     ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
@@ -253,7 +256,7 @@ impl Remote {
             None => Ok(None),
             Some((bytes, version)) => {
                 let name = String::from_utf8_lossy(&bytes).trim().to_string();
-                if ckpt_core::parse_step_dir(&name).is_none() {
+                if ckpt_core::layout::parse_step_dir(&name).is_none() {
                     return Err(Error::Corrupt {
                         key: key.to_string(),
                         reason: format!("does not name a checkpoint: {name:?}"),
@@ -291,7 +294,7 @@ impl Remote {
             if parts.len() != depth + 2 {
                 continue;
             }
-            if let Some(step) = ckpt_core::parse_step_dir(&parts[depth]) {
+            if let Some(step) = ckpt_core::layout::parse_step_dir(&parts[depth]) {
                 steps
                     .entry(step)
                     .or_default()
@@ -587,7 +590,7 @@ impl Remote {
         &self,
         step: u64,
         path: &Path,
-        entry: &ckpt_core::FileEntry,
+        entry: &ckpt_core::layout::FileEntry,
         throttle: &mut Throttle,
     ) -> Result<u64> {
         let key = self.step_key(step, &entry.name);
@@ -664,7 +667,7 @@ impl Remote {
         let name = checkpoint_dir_name(step);
         let current = self.latest_versioned()?;
         if let Some(c) = &current
-            && ckpt_core::parse_step_dir(&c.name).is_some_and(|s| s >= step)
+            && ckpt_core::layout::parse_step_dir(&c.name).is_some_and(|s| s >= step)
         {
             return Ok(c.name == name);
         }
@@ -717,7 +720,10 @@ impl Remote {
     /// older one loses its manifest first (it stops existing at once), then its parts.
     /// Returns the removed steps.
     pub fn prune(&self, keep: usize) -> Result<Vec<u64>> {
-        let Some(latest) = self.latest()?.and_then(|n| ckpt_core::parse_step_dir(&n)) else {
+        let Some(latest) = self
+            .latest()?
+            .and_then(|n| ckpt_core::layout::parse_step_dir(&n))
+        else {
             return Ok(Vec::new());
         };
         let valid: Vec<u64> = self
@@ -865,7 +871,7 @@ impl Remote {
 fn check_local(
     step: u64,
     path: &Path,
-    entry: &ckpt_core::FileEntry,
+    entry: &ckpt_core::layout::FileEntry,
     sent: u64,
     hasher: &Xxh3,
 ) -> Result<()> {

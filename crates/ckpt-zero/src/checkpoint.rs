@@ -229,7 +229,9 @@ impl<M: Module + 'static> ShardedSaver<M> {
                     if let (Ok(o), Some(hook)) = (&r, worker.after_publish.as_mut()) {
                         hook(
                             o.step,
-                            &worker.root.join(ckpt_core::checkpoint_dir_name(o.step)),
+                            &worker
+                                .root
+                                .join(ckpt_core::layout::checkpoint_dir_name(o.step)),
                         );
                     }
                     // After a failure every rank agreed on, the ranks are still in step and
@@ -364,7 +366,7 @@ impl<M: Module + 'static> ShardedSaver<M> {
 fn shard_event(root: &Path, o: ShardOutcome) -> ckpt_core::SaveEvent {
     ckpt_core::SaveEvent {
         step: o.step,
-        path: root.join(ckpt_core::checkpoint_dir_name(o.step)),
+        path: root.join(ckpt_core::layout::checkpoint_dir_name(o.step)),
         bytes: o.bytes,
         stall: Duration::ZERO,
         blocked: Duration::ZERO,

@@ -81,7 +81,7 @@ pub enum Error {
 /// Result alias.
 pub type Result<T> = std::result::Result<T, Error>;
 
-impl ckpt_core::SaveFailure for Error {
+impl ckpt_core::session::SaveFailure for Error {
     fn failed_step(&self) -> Option<u64> {
         match self {
             Error::NotPublished { step, .. }

@@ -1,7 +1,7 @@
 //! What the ranks of a ZeRO-1 run agree on at a step boundary, and how rank threads are
 //! joined.
 
-use ckpt_core::Proposal;
+use ckpt_core::session::Proposal;
 
 use crate::collective::Collective;
 use crate::{Error, Result};

@@ -165,7 +165,7 @@ impl ZeroTrainingStrategy {
     }
 
     /// Checkpoint as often as keeps the overhead under `fraction` of the training time
-    /// (e.g. 0.02) instead of every N steps: rank 0's [`ckpt_core::FrequencyController`] decides at each
+    /// (e.g. 0.02) instead of every N steps: rank 0's [`ckpt_core::session::FrequencyController`] decides at each
     /// step boundary and every rank follows. A fraction outside (0, 1) is an error.
     pub fn overhead_budget(mut self, fraction: f64) -> Result<Self> {
         if !(fraction > 0.0 && fraction < 1.0) {

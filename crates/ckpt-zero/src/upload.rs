@@ -222,7 +222,7 @@ fn stage_share(
     let linked: Vec<&str> = names
         .iter()
         .map(String::as_str)
-        .chain([ckpt_core::MANIFEST_FILE])
+        .chain([ckpt_core::layout::MANIFEST_FILE])
         .collect();
     let staged = ckpt_remote::stage(step, dir, Some(&linked), &format!("-rank{rank}"))
         .map_err(|e| e.to_string())?;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// `ROOT/step-<step:08>`: the checkpoint directory of `step` under `root`.
 pub fn step_dir(root: &Path, step: u64) -> PathBuf {
-    root.join(ckpt_core::checkpoint_dir_name(step))
+    root.join(ckpt_core::layout::checkpoint_dir_name(step))
 }
 
 /// Names of the `.tmp*` entries (in-flight or leftover data) in `root`; panics if `root`
@@ -61,7 +61,7 @@ pub fn rewound_entries(root: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(root)
         .unwrap_or_else(|e| panic!("listing {}: {e}", root.display()))
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(ckpt_core::REWOUND_PREFIX))
+        .filter(|n| n.starts_with(ckpt_core::layout::REWOUND_PREFIX))
         .collect();
     v.sort();
     v

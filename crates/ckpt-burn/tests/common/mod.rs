@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use ckpt_burn::{EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE};
-use ckpt_core::checkpoint_dir_name;
+use ckpt_core::layout::checkpoint_dir_name;
 use ckpt_demo::Mlp;
 use ckpt_demo::perf::{StateSize, TrainState};
 

@@ -26,7 +26,8 @@ use std::{
 };
 
 use ckpt_core::{
-    Engine, EngineConfig, PartProducer, Retention, Snapshot, Storage, checkpoint_dir_name,
+    Engine, EngineConfig, Retention, Snapshot, Storage, layout::checkpoint_dir_name,
+    snapshot::PartProducer,
 };
 use test_support::simdisk::{CrashPoint, SimDisk};
 
@@ -287,7 +288,7 @@ fn check(disk: &SimDisk, exp: &Expectations, point: &CrashPoint) -> Result<(), S
                         "1. latest names {name}, which does not verify: {e}"
                     ));
                 }
-                let step = ckpt_core::parse_step_dir(&name).unwrap_or(0);
+                let step = ckpt_core::layout::parse_step_dir(&name).unwrap_or(0);
                 if let Some((s, _)) = acked
                     && step < s
                 {

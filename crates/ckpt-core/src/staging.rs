@@ -18,7 +18,7 @@
 //! [`StagingChooser::REPROBE_EVERY`] saves the other way is tried once again, so a change in the
 //! run (another job on the machine, a larger batch) is followed. Costs are the frequency
 //! controller's: a save's stall plus the excess over the baseline of the steps until shortly
-//! after it is durable ([`crate::FrequencyController::save_costs`]).
+//! after it is durable ([`crate::session::FrequencyController::save_costs`]).
 
 use std::collections::BTreeMap;
 
