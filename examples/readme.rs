@@ -120,11 +120,10 @@ fn zero_strategy<M: LearnerModel>(
     learner: Learner<M>,
     device: Device,
 ) -> anyhow::Result<()> {
-    let zero = ckpt_zero::strategy::ZeroTrainingStrategy::new(device, 4, EngineConfig::new("runs/z"), 100)?
+    let zero = ckpt_zero::strategy::ZeroTrainingStrategy::new(device, 4, EngineConfig::new("runs/z"), FrequencyPolicy::budget(0.02))?
         .shard_format(ShardFormat::PerRank)
-        .overhead_budget(0.02)?                          // optional: instead of every 100 steps
         .deterministic(42)                               // dropout replays on resume; records seed 42
-        .resume(true);                                   // from the newest valid checkpoint, any rank count
+        .resume_latest();                                // from the newest valid checkpoint, any rank count
     let result = training.with_training_strategy(zero.into_training_strategy()).launch(learner);
     Ok(())
 }

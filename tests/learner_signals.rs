@@ -121,7 +121,7 @@ const ZERO: &str = "BURN_CKPT_LEARNER_ZERO";
 
 /// The same program on 2 ZeRO-1 rank threads (`ZeroTrainingStrategy`), checkpointing every 2
 /// optimizer steps (each rank reads half of the data: 4 steps per epoch), with the README's
-/// lines: `.deterministic(seed)` and `.resume(true)`.
+/// lines: `.deterministic(seed)` and `.resume_latest()`.
 fn zero_program(dir: &Path, epochs: usize) -> LearningResult<Tiny> {
     use burn_ckpt::ckpt_zero::strategy::ZeroTrainingStrategy;
     let device = Device::flex().autodiff();
@@ -133,10 +133,15 @@ fn zero_program(dir: &Path, epochs: usize) -> LearningResult<Tiny> {
     let valid = DataLoaderBuilder::new(TinyBatcher)
         .batch_size(16)
         .build(InMemDataset::new(data()));
-    let zero = ZeroTrainingStrategy::new(device.clone(), 2, EngineConfig::new(dir.join("ckpt")), 2)
-        .unwrap()
-        .deterministic(11)
-        .resume(true);
+    let zero = ZeroTrainingStrategy::new(
+        device.clone(),
+        2,
+        EngineConfig::new(dir.join("ckpt")),
+        FrequencyPolicy::EverySteps(2),
+    )
+    .unwrap()
+    .deterministic(11)
+    .resume_latest();
     let training = SupervisedTraining::new(dir.join("burn"), train, valid)
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(LossMetric::new())
@@ -347,7 +352,7 @@ fn a_real_abort_on_wgpu_resumes_exactly() {
 
 /// `ZeroTrainingStrategy` with 2 ranks, a shuffled loader and dropout: a real abort just after
 /// step 2 (mid-epoch 1), step 6 (mid-epoch 2) and step 8 (the end of epoch 2), each resumed
-/// with `.resume(true)`, ends with the bytes of the uninterrupted run.
+/// with `.resume_latest()`, ends with the bytes of the uninterrupted run.
 #[test]
 fn two_zero_ranks_abort_at_three_points_and_resume_exactly() {
     let tmp = tempfile::tempdir().unwrap();

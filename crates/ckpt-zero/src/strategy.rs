@@ -7,12 +7,12 @@
 //! # use burn::tensor::Device;
 //! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>, device: Device)
 //! # -> Result<(), ckpt_zero::Error> {
-//! use ckpt_core::EngineConfig;
+//! use ckpt_core::{EngineConfig, FrequencyPolicy};
 //! use ckpt_zero::{ShardFormat, strategy::ZeroTrainingStrategy};
 //!
-//! let zero = ZeroTrainingStrategy::new(device, 4, EngineConfig::new("runs/zero"), 100)?
+//! let zero = ZeroTrainingStrategy::new(device, 4, EngineConfig::new("runs/zero"), FrequencyPolicy::EverySteps(100))?
 //!     .shard_format(ShardFormat::PerRank)
-//!     .resume(true); // continue from the newest valid checkpoint, on any number of ranks
+//!     .resume_latest(); // continue from the newest valid checkpoint, on any number of ranks
 //! let result = training.with_training_strategy(zero.into_training_strategy()).launch(learner);
 //! # Ok(()) }
 //! ```
@@ -79,8 +79,7 @@ use crate::{
 pub struct ZeroTrainingStrategy {
     device: Device,
     ranks: usize,
-    every: u64,
-    budget: Option<f64>,
+    policy: FrequencyPolicy,
     format: ShardFormat,
     replicate: bool,
     timeout: Duration,
@@ -97,7 +96,7 @@ impl std::fmt::Debug for ZeroTrainingStrategy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZeroTrainingStrategy")
             .field("ranks", &self.ranks)
-            .field("every", &self.every)
+            .field("policy", &self.policy)
             .field("format", &self.format)
             .field("root", &self.root)
             .finish()
@@ -106,16 +105,25 @@ impl std::fmt::Debug for ZeroTrainingStrategy {
 
 impl ZeroTrainingStrategy {
     /// `ranks` ZeRO-1 ranks on `device` (made autodiff), checkpointing into `engine`'s root
-    /// every `every_steps` optimizer steps (0: never). Opens the root now: recovery runs and the
-    /// root is locked for this process.
+    /// per `policy` (as [`ckpt_burn::strategy::CkptTrainingStrategy::new`]; with an overhead
+    /// budget, rank 0's [`ckpt_core::session::FrequencyController`] decides at each step
+    /// boundary and every rank follows). Opens the root now: recovery runs and the root is
+    /// locked for this process. An overhead budget outside (0, 1) is an error.
     pub fn new(
         device: Device,
         ranks: usize,
         engine: EngineConfig,
-        every_steps: u64,
+        policy: FrequencyPolicy,
     ) -> Result<Self> {
         if ranks == 0 {
             return Err(Error::Config("ranks must be at least 1".into()));
+        }
+        if let FrequencyPolicy::OverheadBudget { fraction, .. } = policy
+            && !(fraction > 0.0 && fraction < 1.0)
+        {
+            return Err(Error::Config(format!(
+                "the overhead budget must be a fraction in (0, 1), not {fraction}"
+            )));
         }
         let device = if device.is_autodiff() {
             device
@@ -127,8 +135,7 @@ impl ZeroTrainingStrategy {
         Ok(Self {
             device,
             ranks,
-            every: every_steps,
-            budget: None,
+            policy,
             format: ShardFormat::Consolidated,
             replicate: false,
             timeout: Duration::from_secs(600),
@@ -164,25 +171,8 @@ impl ZeroTrainingStrategy {
         self
     }
 
-    /// Checkpoint as often as keeps the overhead under `fraction` of the training time
-    /// (e.g. 0.02) instead of every N steps: rank 0's [`ckpt_core::session::FrequencyController`] decides at each
-    /// step boundary and every rank follows. A fraction outside (0, 1) is an error.
-    pub fn overhead_budget(mut self, fraction: f64) -> Result<Self> {
-        if !(fraction > 0.0 && fraction < 1.0) {
-            return Err(Error::Config(format!(
-                "the overhead budget must be a fraction in (0, 1), not {fraction}"
-            )));
-        }
-        self.budget = Some(fraction);
-        Ok(self)
-    }
-
     fn policy(&self) -> FrequencyPolicy {
-        match (self.budget, self.every) {
-            (Some(f), _) => FrequencyPolicy::budget(f),
-            (None, 0) => FrequencyPolicy::Never,
-            (None, n) => FrequencyPolicy::EverySteps(n),
-        }
+        self.policy
     }
 
     /// How optimizer shards are written (default: consolidated).
@@ -204,15 +194,17 @@ impl ZeroTrainingStrategy {
         self
     }
 
-    /// Continue from the newest valid checkpoint of the root, if any (default: no).
-    pub fn resume(mut self, yes: bool) -> Self {
-        self.resume = yes;
+    /// Continue from the newest valid checkpoint of the root, if there is one, on any number
+    /// of ranks (an empty root is a fresh start), as
+    /// [`ckpt_burn::strategy::CkptTrainingStrategy::resume_latest`].
+    pub fn resume_latest(mut self) -> Self {
+        self.resume = true;
         self
     }
 
     /// Start over in a root that holds checkpoints of an earlier run: they are moved aside to
     /// `ROOT/.rewound-*` (each a warning) when training starts. Without it (and without
-    /// [`Self::resume`]) such a root is refused before any training, so the old run's steps
+    /// [`Self::resume_latest`]) such a root is refused before any training, so the old run's steps
     /// are never replaced.
     pub fn overwrite(mut self, yes: bool) -> Self {
         self.overwrite = yes;

@@ -12,7 +12,7 @@ use burn::store::ModuleRecord;
 use burn::tensor::Device;
 use burn::train::{SupervisedTraining, metric::LossMetric};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids};
-use ckpt_core::EngineConfig;
+use ckpt_core::{EngineConfig, FrequencyPolicy};
 use ckpt_zero::ShardFormat;
 use ckpt_zero::strategy::ZeroTrainingStrategy;
 use test_support::fs::step_dir;
@@ -52,14 +52,18 @@ fn train_with(
     let learner = learner(tiny(&device));
 
     // The lines a user adds:
-    let mut zero = ZeroTrainingStrategy::new(device, ranks, EngineConfig::new(root), every)
+    let policy = match (budget, every) {
+        (Some(b), _) => FrequencyPolicy::budget(b),
+        (None, 0) => FrequencyPolicy::Never,
+        (None, n) => FrequencyPolicy::EverySteps(n),
+    };
+    let mut zero = ZeroTrainingStrategy::new(device, ranks, EngineConfig::new(root), policy)
         .unwrap()
         .shard_format(format)
         .replicate_data(replicate)
-        .seed(3)
-        .resume(resume);
-    if let Some(b) = budget {
-        zero = zero.overhead_budget(b).unwrap();
+        .seed(3);
+    if resume {
+        zero = zero.resume_latest();
     }
     let result = SupervisedTraining::new(root.join("burn"), train, valid)
         .metric_train_numeric(LossMetric::new())
@@ -129,10 +133,8 @@ fn an_overhead_budget_on_two_ranks_publishes_steps_both_agreed_on() {
             Device::flex(),
             2,
             EngineConfig::new(tmp.path().join("bad")),
-            0
+            FrequencyPolicy::budget(0.0)
         )
-        .unwrap()
-        .overhead_budget(0.0)
         .is_err()
     );
 }
@@ -190,10 +192,15 @@ fn a_fresh_run_in_a_used_root_is_refused_and_overwrite_moves_the_old_run_aside()
     let launch = |overwrite: bool| {
         let device = Device::flex().autodiff();
         let (train, valid) = loaders(8, None);
-        let zero = ZeroTrainingStrategy::new(device.clone(), 2, EngineConfig::new(&root), 3)
-            .unwrap()
-            .seed(3)
-            .overwrite(overwrite);
+        let zero = ZeroTrainingStrategy::new(
+            device.clone(),
+            2,
+            EngineConfig::new(&root),
+            FrequencyPolicy::EverySteps(3),
+        )
+        .unwrap()
+        .seed(3)
+        .overwrite(overwrite);
         SupervisedTraining::new(root.join("burn"), train, valid)
             .with_application_logger(None)
             .with_training_strategy(zero.into_training_strategy())
@@ -226,10 +233,17 @@ fn two_ranks_with_a_shuffled_loader_resume_mid_epoch_exactly() {
     let run = |root: &Path, resume: bool| {
         let device = Device::flex().autodiff();
         let (train, valid) = loaders(8, Some(3));
-        let zero = ZeroTrainingStrategy::new(device.clone(), 2, EngineConfig::new(root), 3)
-            .unwrap()
-            .seed(3)
-            .resume(resume);
+        let mut zero = ZeroTrainingStrategy::new(
+            device.clone(),
+            2,
+            EngineConfig::new(root),
+            FrequencyPolicy::EverySteps(3),
+        )
+        .unwrap()
+        .seed(3);
+        if resume {
+            zero = zero.resume_latest();
+        }
         let r = SupervisedTraining::new(root.join("burn"), train, valid)
             .with_application_logger(None)
             .with_training_strategy(zero.into_training_strategy())
