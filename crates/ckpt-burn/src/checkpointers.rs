@@ -359,7 +359,7 @@ impl Collector {
         // Burn lays optimizer tensors out in HashMap order; stream them out in the canonical
         // (name-sorted) layout the rest of this crate writes.
         let optim_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
-            crate::capture::write_canonical_optimizer(optim, sink).map(drop)
+            crate::encode::write_canonical_optimizer(optim, sink).map(drop)
         };
         let sched_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             sink.write_all(&scheduler.into_bytes()?)?;

@@ -28,8 +28,8 @@ use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, CheckpointerError
 use burn::train::metric::store::EventStoreClient;
 use burn::train::{Learner, LearnerModel, LearningCheckpointer};
 
-use crate::capture::OptimizerSource;
 use crate::checkpointers::AlwaysSave;
+use crate::stage::OptimizerSource;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -20,12 +20,16 @@
 mod capture;
 pub mod checkpointers;
 mod data;
+mod encode;
 mod error;
+mod held;
 mod learner_records;
 mod manager;
 mod pack;
+mod param_ids;
 mod pinned;
 mod restore;
+mod stage;
 mod state;
 pub mod stop;
 pub mod strategy;
@@ -34,20 +38,22 @@ mod tuning;
 #[cfg(feature = "remote")]
 mod upload;
 
-pub use capture::{
-    EncodedState, FrozenState, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT,
-    assign_param_ids, canonicalize_optimizer_bytes, encode_model, encode_optimizer,
-    encode_scheduler, save_memory, step_seed,
-};
+pub use capture::{EncodedState, FrozenState, save_memory};
 pub use ckpt_core::staging::ModelStaging;
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
+pub use encode::{
+    MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, canonicalize_optimizer_bytes, encode_model,
+    encode_optimizer, encode_scheduler,
+};
 pub use error::{Error, Result};
 pub use learner_records::LearnerTap;
 pub use manager::{CheckpointManager, ManagerConfig, ManagerReport, ResumedFrom, UploadRecord};
+pub use param_ids::{assign_param_ids, step_seed};
 pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
 pub use restore::{
     Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,
     read_verified_parts, restore, restore_latest,
 };
+pub use stage::STAGE_FAILPOINT;
 pub use state::{DataCursor, TRAINER_FILE, TRAINER_STATE_VERSION, TrainerState};
 pub use tuning::SaveTuning;

@@ -35,7 +35,7 @@
 //! - A stop through Burn's interrupter is agreed by all ranks at the next step boundary
 //!   (`ckpt_zero::agree_on_boundary`), and that step is checkpointed before training ends.
 //! - Checkpoints every N optimizer steps, or as often as an overhead budget allows
-//!   ([`ZeroTrainingStrategy::overhead_budget`]: rank 0's controller decides at each step and
+//!   (`FrequencyPolicy::budget` given to [`ZeroTrainingStrategy::new`]: rank 0's controller decides at each step and
 //!   broadcasts the decision over the training group); no gradient accumulation.
 //! - Resume on the same number of ranks replays each rank's shuffled-loader draws of the
 //!   earlier epochs, so a shuffled `DataLoaderBuilder` loader resumes mid-epoch exactly
