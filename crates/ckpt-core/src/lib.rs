@@ -30,6 +30,7 @@ pub mod failpoints;
 #[allow(dead_code, unreachable_pub)]
 mod failpoints;
 mod frequency;
+mod gate;
 mod held;
 mod latest;
 pub mod layout;
@@ -44,6 +45,7 @@ pub mod priority;
 #[cfg_attr(not(feature = "failpoints"), allow(clippy::redundant_closure_call))]
 mod publish;
 mod recovery;
+mod report;
 // Closures give the failpoints (compiled in with `failpoints`) an `io::Result` to return from.
 #[cfg_attr(not(feature = "failpoints"), allow(clippy::redundant_closure_call))]
 mod retention;
@@ -52,6 +54,7 @@ pub mod session;
 pub mod snapshot;
 pub mod staging;
 pub mod storage;
+mod target;
 mod verify;
 mod writeback;
 

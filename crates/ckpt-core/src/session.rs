@@ -15,7 +15,7 @@
 //! The loop calls [`CheckpointSession::boundary`] after every optimizer step, then
 //! [`CheckpointSession::save`] when it says so, [`CheckpointSession::poll`] every step, and
 //! [`CheckpointSession::finish`] at the end. Where the state goes is a [`SaveTarget`]: the
-//! [`Engine`] on one rank, a sharded saver on several.
+//! [`Engine`](crate::Engine) on one rank, a sharded saver on several.
 //!
 //! ```no_run
 //! use ckpt_core::{CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig,
@@ -57,9 +57,12 @@ use std::{
 use serde::Serialize;
 
 pub use crate::frequency::FrequencyController;
+pub use crate::gate::{MemoryGate, SaveMemory, SaveRoute, Submitted};
 pub use crate::held::{AUTO_BUDGET_FRACTION, auto_snapshot_budget};
-use crate::staging::{ModelStaging, StagingChooser, StagingPolicy, StagingRecord};
-use crate::{Engine, Error, FrequencyPolicy, SaveEvent, engine::SubmitOutcome};
+pub use crate::report::{FailedSave, LostTime, SaveRecord, SessionReport, StopOutcome, StopReport};
+use crate::staging::{StagingChooser, StagingPolicy};
+pub use crate::target::{SaveFailure, SaveTarget};
+use crate::{FrequencyPolicy, SaveEvent, engine::SubmitOutcome};
 
 /// What the session does when a checkpoint fails to persist (disk full, I/O error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -72,244 +75,6 @@ pub enum SaveErrorPolicy {
     /// later saves are attempted as usual. A failure of the run's final checkpoint still
     /// stops the run with the error, since nothing would be left to resume the last steps from.
     Continue,
-}
-
-/// How an error that reached the session relates to checkpoints, so the
-/// [`SaveErrorPolicy`] can tell a failed save from a failed run.
-pub trait SaveFailure: std::error::Error {
-    /// The step of the checkpoint the error is about, if any.
-    fn failed_step(&self) -> Option<u64>;
-    /// Whether this is one checkpoint failing (training itself can go on).
-    fn is_save_failure(&self) -> bool;
-    /// Whether the checkpoint was published and only the work after it failed (retention).
-    fn after_publication(&self) -> bool {
-        false
-    }
-}
-
-impl SaveFailure for Error {
-    fn failed_step(&self) -> Option<u64> {
-        self.step()
-    }
-    fn is_save_failure(&self) -> bool {
-        matches!(
-            self,
-            Error::Persist { .. } | Error::Producer { .. } | Error::Retention { .. }
-        )
-    }
-    fn after_publication(&self) -> bool {
-        matches!(self, Error::Retention { .. })
-    }
-}
-
-/// Where a session's checkpoints go: something that persists submitted saves in the
-/// background and reports them once durable. Submitting is the capture closure's business
-/// (see [`CheckpointSession::save`]), so the target only reports.
-pub trait SaveTarget {
-    /// The errors it returns.
-    type Error: SaveFailure;
-    /// Checkpoints submitted and not yet reported.
-    fn in_flight(&self) -> usize;
-    /// Checkpoints published since the last call (non-blocking); a background failure once.
-    fn poll(&mut self) -> Result<Vec<SaveEvent>, Self::Error>;
-    /// Waits until nothing is in flight; the published checkpoints, or the first failure.
-    fn wait_idle(&mut self) -> Result<Vec<SaveEvent>, Self::Error>;
-    /// Total time submits waited for a free persist slot.
-    fn blocked_total(&self) -> Duration {
-        Duration::ZERO
-    }
-    /// Bytes the saves in flight still hold, when the target counts them
-    /// ([`Engine::held_bytes`]); `None` otherwise (the gate then assumes each save in flight
-    /// holds all it declared). Required, so a wrapper cannot silently lose the count.
-    fn held_bytes(&self) -> Option<u64>;
-    /// Waits until the saves in flight hold at most `limit` bytes; `false` when the target
-    /// cannot tell (the session then waits for the saves to be durable instead, and says so).
-    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool, Self::Error>;
-}
-
-impl SaveTarget for Engine {
-    type Error = Error;
-    fn in_flight(&self) -> usize {
-        Engine::in_flight(self)
-    }
-    fn poll(&mut self) -> Result<Vec<SaveEvent>, Error> {
-        Engine::poll(self)
-    }
-    fn wait_idle(&mut self) -> Result<Vec<SaveEvent>, Error> {
-        Engine::wait_idle(self)
-    }
-    fn blocked_total(&self) -> Duration {
-        self.metrics().blocked_total
-    }
-    fn held_bytes(&self) -> Option<u64> {
-        Some(Engine::held_bytes(self))
-    }
-    fn wait_held_at_most(&mut self, limit: u64) -> Result<bool, Error> {
-        Engine::wait_held_at_most(self, limit).map(|_| true)
-    }
-}
-
-/// Whether a save runs in the background or while training waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SaveRoute {
-    /// Submitted, and training continues while it persists.
-    Background,
-    /// Submitted, then waited for before training continues (the same bytes).
-    Blocking,
-    /// Submitted to the background, then training waited only until what the save still
-    /// holds fit the memory budget, or what the save cannot do without
-    /// ([`SaveMemory::blocking`]) where that is more (the rest persists while training goes
-    /// on).
-    Throttled,
-}
-
-/// Peak extra memory of one save, in bytes, by route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SaveMemory {
-    /// Held when training continues while the save persists (staged copies of the state, or
-    /// held handles that an update copies on write, until written).
-    pub background: u64,
-    /// Held while the trainer waits (nothing is copied on write then): the least any route
-    /// holds, such as a record the save must materialize whole. A throttled save waits until
-    /// what is held fits the larger of the budget (less [`Self::transient`]) and this.
-    pub blocking: u64,
-    /// Needed only for a moment beside what is held, by the save's own encoding, whatever the
-    /// route: waiting cannot avoid it. With Burn 0.22.1, `OptimizerRecord::into_bytes` copies
-    /// the encoded record into a second buffer of its size before the first is freed. Part of
-    /// the save's peak, so the budget leaves room for it.
-    pub transient: u64,
-}
-
-/// Routes saves by a memory budget: a save goes to the background when its peak (what it
-/// holds plus its encoding's [`SaveMemory::transient`]), plus what the saves still in flight
-/// hold, fits; otherwise it is [`SaveRoute::Throttled`]: still persisted in the background,
-/// but training waits after the submit until what is held leaves room for the transient
-/// within the budget (about the time to persist the excess). The first such save is a
-/// warning.
-#[derive(Debug, Clone, Default)]
-pub struct MemoryGate {
-    budget: Option<u64>,
-    in_flight: usize,
-    held_now: Option<u64>,
-    held_per_save: u64,
-    previous_bytes: Option<u64>,
-    fallbacks: u64,
-    wait_limit: Option<u64>,
-    staging: StagingChooser,
-}
-
-impl MemoryGate {
-    /// A gate for a budget of `budget` bytes (`None`: no limit), nothing in flight.
-    pub fn new(budget: Option<u64>) -> Self {
-        Self {
-            budget,
-            ..Default::default()
-        }
-    }
-
-    /// The budget in bytes (`None`: no limit).
-    pub fn budget(&self) -> Option<u64> {
-        self.budget
-    }
-
-    /// Bytes written by the newest published checkpoint (to size the next one's parts).
-    pub fn previous_bytes(&self) -> Option<u64> {
-        self.previous_bytes
-    }
-
-    /// What the newest throttled save waits for: until the bytes held fit this (the budget,
-    /// or the save's own floor, [`SaveMemory::blocking`], where that is more). `None` when
-    /// the newest route was not throttled.
-    pub fn wait_limit(&self) -> Option<u64> {
-        self.wait_limit
-    }
-
-    /// How the save of `step` takes the model's tensors off the training state, where they
-    /// are host memory (see [`ModelStaging`]): picked under the session's [`StagingPolicy`] and
-    /// recorded, so that the cost of the save is attributed to it. Call it only for saves it
-    /// applies to (a background save of host-memory state); on a device the model is always
-    /// staged.
-    pub fn model_staging(&mut self, step: u64) -> ModelStaging {
-        self.staging.pick(step)
-    }
-
-    /// The route that keeps the save of `step`, needing `need`, within the budget.
-    pub fn route(&mut self, need: SaveMemory, step: u64) -> SaveRoute {
-        self.wait_limit = None;
-        let Some(budget) = self.budget else {
-            return SaveRoute::Background;
-        };
-        let held = self
-            .held_now
-            .unwrap_or(self.in_flight as u64 * self.held_per_save);
-        self.held_per_save = need.background;
-        let peak = held
-            .saturating_add(need.background)
-            .saturating_add(need.transient);
-        if peak <= budget {
-            return SaveRoute::Background;
-        }
-        self.fallbacks += 1;
-        // Until what is held leaves room for the encoding's transient copy; but waiting longer
-        // than until the save holds only what it cannot do without would keep training idle
-        // without saving memory.
-        self.wait_limit = Some(budget.saturating_sub(need.transient).max(need.blocking));
-        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        // Said once; the report lists every such save, and the session sums them up.
-        if self.fallbacks == 1 {
-            tracing::warn!(
-                step,
-                "a background save would hold {:.0} MiB and need {:.0} MiB more for a moment \
-                 while it encodes (plus {:.0} MiB held by saves in flight), over the snapshot \
-                 memory budget of {:.0} MiB: after submitting it, training waits until what it \
-                 still holds leaves room for that within the budget (or the save's own floor, \
-                 where that is more)",
-                mib(need.background),
-                mib(need.transient),
-                mib(held),
-                mib(budget)
-            );
-            // Waiting stops training from copying what the save holds, not the save's own
-            // encoding buffers: a budget below them is exceeded whatever training does.
-            let floor = need.blocking.saturating_add(need.transient);
-            if floor > budget {
-                tracing::warn!(
-                    step,
-                    "even with training waiting, encoding this save takes about {:.0} MiB at \
-                     its peak by its own estimate (with Burn 0.22.1: the optimizer record is \
-                     materialized whole, and its encoding copies it once more), more than the \
-                     snapshot memory budget of {:.0} MiB: the budget will be exceeded by about \
-                     {:.0} MiB during each such save, and training waits only until the save \
-                     holds no more than it needs",
-                    mib(floor),
-                    mib(budget),
-                    mib(floor - budget)
-                );
-            }
-        }
-        SaveRoute::Throttled
-    }
-}
-
-/// What a capture closure did with the state (see [`CheckpointSession::save`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Submitted {
-    /// What the target did with the submitted checkpoint.
-    pub outcome: SubmitOutcome,
-    /// The route it was submitted on; [`SaveRoute::Blocking`] makes the session wait for it.
-    pub route: SaveRoute,
-}
-
-impl Submitted {
-    /// Handed to a background persist (in the background route) after waiting `blocked` for
-    /// a slot: what a capture that submits to a sharded saver or Burn's checkpointer returns.
-    pub fn queued(step: u64, blocked: Duration) -> Self {
-        Self {
-            outcome: SubmitOutcome::Queued { step, blocked },
-            route: SaveRoute::Background,
-        }
-    }
 }
 
 /// One rank's view of a step boundary, before the ranks agree.
@@ -399,106 +164,6 @@ impl SessionConfig {
         self.memory_budget = bytes;
         self
     }
-}
-
-/// One checkpoint in the report.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SaveRecord {
-    /// Step.
-    pub step: u64,
-    /// Time the training thread was blocked by this save.
-    pub stall_ms: f64,
-    /// Time writing and publishing took (`null` where the target reports none).
-    pub persist_ms: Option<f64>,
-    /// Bytes written.
-    pub bytes: u64,
-    /// Part of `stall_ms` spent waiting for a free persist slot (backpressure `block`).
-    pub blocked_ms: f64,
-}
-
-/// A checkpoint that failed to persist (kept going under [`SaveErrorPolicy::Continue`]).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct FailedSave {
-    /// Step of the failed checkpoint.
-    pub step: Option<u64>,
-    /// The error, naming the step, the protocol stage and the file.
-    pub error: String,
-}
-
-/// How a stopped run ended.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum StopOutcome {
-    /// The checkpoint of the stop step (and every earlier one) is durable and published.
-    Saved,
-    /// The grace period ran out before the final checkpoint was durable; the checkpoints
-    /// published before it are intact.
-    GraceExpired,
-    /// Checkpointing is off: nothing was saved.
-    NotSaved,
-}
-
-/// Why and where a run stopped before its last step (a stop request, e.g. SIGTERM).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct StopReport {
-    /// Step boundary the run stopped at (its checkpoint is the final one).
-    pub step: u64,
-    /// Whether the final checkpoint was made durable in time.
-    pub outcome: StopOutcome,
-    /// Time spent waiting for in-flight checkpoints after the stop.
-    pub wait_ms: f64,
-}
-
-/// What a session did.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct SessionReport {
-    /// Published checkpoints, by step.
-    pub saves: Vec<SaveRecord>,
-    /// Checkpoints dropped because the pipeline was full (backpressure `skip`).
-    pub skipped: u64,
-    /// Steps saved while training waited for the whole save ([`SaveRoute::Blocking`]).
-    pub blocking_saves: Vec<u64>,
-    /// Steps whose save would have exceeded the memory budget in the background: training
-    /// waited until what they still held fit ([`SaveRoute::Throttled`]).
-    pub throttled_saves: Vec<u64>,
-    /// Checkpoints that failed (only under [`SaveErrorPolicy::Continue`]).
-    pub failed_saves: Vec<FailedSave>,
-    /// Total time saves waited for a free persist slot.
-    pub blocked_ms: f64,
-    /// Most checkpoints seen persisting at once.
-    pub max_in_flight_seen: usize,
-    /// Save interval in steps in force at the end.
-    pub interval: Option<u64>,
-    /// Set when a stop request ended the run early.
-    pub stopped: Option<StopReport>,
-    /// The training time checkpoints cost, as measured.
-    pub lost: LostTime,
-    /// The saves whose model staging was picked ([`MemoryGate::model_staging`]): which way
-    /// each used and what it cost training, as measured.
-    pub model_staging: Vec<StagingRecord>,
-}
-
-/// The training time checkpoints cost a run, as the frequency controller measured it (for
-/// every frequency policy): the stall of each save plus the excess over the baseline step
-/// time of every following step until shortly after the save is durable, and the wait at the
-/// end for saves still in flight, which have no training left to overlap with.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct LostTime {
-    /// The baseline: the lower quartile of the step times outside any save's window, in ms
-    /// (`None`: every step was inside one, so only stalls are counted).
-    pub baseline_step_ms: Option<f64>,
-    /// How many steps the baseline comes from. A handful of early steps (a short run whose
-    /// saves overlap most steps) makes it too high, because warm-up steps are slow: then
-    /// `during_training_ms` undercounts and a run without checkpoints is the better reference.
-    pub baseline_steps: usize,
-    /// Stalls plus the steps' excess over the baseline, in ms.
-    pub during_training_ms: f64,
-    /// The wait in `finish` for the saves still in flight, in ms.
-    pub final_wait_ms: f64,
-    /// `during_training_ms + final_wait_ms`.
-    pub total_ms: f64,
-    /// `total_ms` over the checkpoints published.
-    pub per_save_ms: Option<f64>,
 }
 
 /// The per-step checkpoint decision and its policies for one training run. See the module
@@ -859,6 +524,8 @@ impl CheckpointSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
+    use crate::staging::ModelStaging;
 
     /// A save's memory need: held in the background, held at the least, needed for a moment.
     fn mem(background: u64, blocking: u64, transient: u64) -> SaveMemory {
