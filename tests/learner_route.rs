@@ -16,7 +16,7 @@ use burn_ckpt::ckpt_burn::checkpointers::CkptCheckpointers;
 use burn_ckpt::ckpt_burn::strategy::CkptTrainingStrategy;
 use burn_ckpt::ckpt_burn::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT, TRAINER_FILE, assign_param_ids,
-    backend_rng_lock,
+    backend_rng_lock, encode_model,
 };
 use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, layout::checkpoint_dir_name};
 use test_support::fs::verified_steps;
@@ -135,9 +135,21 @@ fn on_wgpu_a_frozen_learner_is_written_as_its_step_after_training_moved_on() {
 fn the_strategy_alone_saves_and_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
-    launch(&full, 2, 3, How::Fresh);
+    let result = launch(&full, 2, 3, How::Fresh);
     // Every 3 steps plus every epoch end.
     assert_eq!(verified_steps(&full.join("ckpt")), vec![3, 4, 6, 8]);
+    // The last checkpoint's model part (written from the record Burn's call copies, on Flex)
+    // is the bytes of the trained model's own record.
+    let last = std::fs::read(
+        full.join("ckpt")
+            .join(checkpoint_dir_name(8))
+            .join(MODEL_FILE),
+    )
+    .unwrap();
+    assert!(
+        last == encode_model(result.model).unwrap(),
+        "the model part of step 8 is not the final model's record"
+    );
 
     for how in [How::Checkpoint(6), How::Latest] {
         // As if the run had died during step 7: the root holds its checkpoints up to 6.

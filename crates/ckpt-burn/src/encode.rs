@@ -7,6 +7,7 @@ use std::{io::Write, path::PathBuf};
 use burn::module::Module;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
+use burn::store::ModuleRecord;
 
 use crate::held::{collect_model, write_entries};
 use crate::pack::write_pack;
@@ -91,10 +92,39 @@ impl Drop for ScratchFile {
 
 /// A scratch-file name unique in this process, under the `.tmp-` prefix start-up recovery
 /// removes.
-pub(crate) fn scratch_name(step: u64) -> String {
+pub(crate) fn scratch_name(part: &str, step: u64) -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!(".tmp-optim-{step:08}-{}-{n}.bpk", std::process::id())
+    format!(".tmp-{part}-{step:08}-{}-{n}.bpk", std::process::id())
+}
+
+/// Streams a model's record (Burn's, from a learner) into `sink` through a scratch file in
+/// `dir`: `ModuleRecord::save` writes it out tensor by tensor (each freed once written), and
+/// the file, the model part's bytes by definition (`model.into_record().save(..)`), is copied
+/// into `sink` and removed.
+pub(crate) fn write_module_record_through_file(
+    record: ModuleRecord,
+    dir: &std::path::Path,
+    step: u64,
+    sink: &mut dyn Write,
+) -> std::result::Result<u64, BoxError> {
+    let scratch = ScratchFile(dir.join(scratch_name("model", step)));
+    record
+        .save(&scratch.0)
+        .map_err(|e| format!("writing the scratch file {}: {e}", scratch.0.display()))?;
+    let mut file = std::fs::File::open(&scratch.0)?;
+    let mut buf = vec![0u8; 4 << 20];
+    let mut written = 0u64;
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        sink.write_all(&buf[..n])?;
+        written += n as u64;
+    }
+    drop(scratch);
+    Ok(written)
 }
 
 /// Streams Burn's `record` into `sink` in the canonical layout through a scratch file in
@@ -107,7 +137,7 @@ pub(crate) fn write_record_through_file(
     step: u64,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    let scratch = ScratchFile(dir.join(scratch_name(step)));
+    let scratch = ScratchFile(dir.join(scratch_name("optim", step)));
     record
         .save(&scratch.0)
         .map_err(|e| format!("writing the scratch file {}: {e}", scratch.0.display()))?;

@@ -14,8 +14,9 @@
 //! `LearningCheckpointer` is the one public reader, and `LearningCheckpointer::new` and
 //! `AsyncCheckpointer::new` are public, so a strategy needs no checkpointer from the user.
 //! That call also builds the model's record (`model.clone().into_record()`, a copy of the
-//! model's tensors); the tap drops it as it arrives: the model is written from the snapshot's
-//! own handles ([`crate::FrozenState`]), byte-identical to that record.
+//! model's tensors): a background save of host memory writes the model part from it (its
+//! bytes are `model.into_record().save(..)`'s by definition) instead of copying the model's
+//! tensors once more; elsewhere it is dropped as it arrives.
 
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -29,15 +30,14 @@ use burn::train::metric::store::EventStoreClient;
 use burn::train::{Learner, LearnerModel, LearningCheckpointer};
 
 use crate::checkpointers::AlwaysSave;
-use crate::stage::OptimizerSource;
+use crate::stage::{OptimizerSource, SourceRecords};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Longest wait for Burn's checkpointer threads to hand over a learner's records.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// A checkpointer that hands the record Burn gives it to the tap (a model record is dropped:
-/// the model is written from the snapshot's own handles).
+/// A checkpointer that hands the record Burn gives it to the tap.
 struct Catch<R> {
     tx: SyncSender<R>,
 }
@@ -64,29 +64,13 @@ macro_rules! catch {
 }
 catch!(OptimizerRecord);
 catch!(LrSchedulerRecord);
-
-impl Checkpointer<ModuleRecord> for Catch<()> {
-    fn save(&self, _key: usize, record: ModuleRecord) -> Result<(), CheckpointerError> {
-        drop(record);
-        self.tx
-            .send(())
-            .map_err(|_| CheckpointerError::Unknown("the record tap is gone".into()))
-    }
-    fn delete(&self, _key: usize) -> Result<(), CheckpointerError> {
-        Ok(())
-    }
-    fn restore(&self, _key: usize) -> Result<ModuleRecord, CheckpointerError> {
-        Err(CheckpointerError::Unknown(
-            "the record tap restores nothing".into(),
-        ))
-    }
-}
+catch!(ModuleRecord);
 
 /// Burn's checkpointer with the receiving ends of its three catchers, driven one call at a
 /// time.
 struct Tap<M: LearnerModel> {
     checkpointer: LearningCheckpointer<M>,
-    model: Receiver<()>,
+    model: Receiver<ModuleRecord>,
     optim: Receiver<OptimizerRecord>,
     scheduler: Receiver<LrSchedulerRecord>,
 }
@@ -154,12 +138,23 @@ impl<M: LearnerModel> LearnerTap<M> {
         &self,
         learner: &Learner<M>,
     ) -> Result<(OptimizerRecord, LrSchedulerRecord), BoxError> {
+        let (optim, scheduler, model) = self.all_records(learner)?;
+        drop(model);
+        Ok((optim, scheduler))
+    }
+
+    /// The optimizer, scheduler and model records of `learner`, built now on the calling
+    /// thread.
+    pub(crate) fn all_records(
+        &self,
+        learner: &Learner<M>,
+    ) -> Result<(OptimizerRecord, LrSchedulerRecord, ModuleRecord), BoxError> {
         let mut tap = self.inner.tap.lock().unwrap_or_else(|e| e.into_inner());
         tap.checkpointer.checkpoint(learner, 0, &self.inner.store);
-        handed(&tap.model, "model")?;
+        let model = handed(&tap.model, "model")?;
         let optim = handed(&tap.optim, "optimizer")?;
         let scheduler = handed(&tap.scheduler, "scheduler")?;
-        Ok((optim, scheduler))
+        Ok((optim, scheduler, model))
     }
 }
 
@@ -170,8 +165,12 @@ pub(crate) struct FrozenLearner<M: LearnerModel> {
 }
 
 impl<M: LearnerModel> OptimizerSource for FrozenLearner<M> {
-    fn records(&self) -> Result<(OptimizerRecord, Option<LrSchedulerRecord>), BoxError> {
-        let (optim, scheduler) = self.tap.records(&self.learner)?;
-        Ok((optim, Some(scheduler)))
+    fn records(&self) -> Result<SourceRecords, BoxError> {
+        let (optim, scheduler, model) = self.tap.all_records(&self.learner)?;
+        Ok(SourceRecords {
+            optim,
+            scheduler: Some(scheduler),
+            model: Some(model),
+        })
     }
 }
