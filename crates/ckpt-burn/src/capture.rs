@@ -490,6 +490,11 @@ impl<M: Module + 'static> FrozenState<M> {
         snap.with_capture_time(capture_time + t0.elapsed())
     }
 
+    /// Whether the optimizer source gives the model's record too (a frozen learner).
+    pub(crate) fn model_from_source(&self) -> bool {
+        self.model_from_source
+    }
+
     /// Visits the frozen model's parameters.
     pub(crate) fn model_visit<V: ModuleVisitor>(&self, visitor: &mut V) {
         self.model.visit(visitor);

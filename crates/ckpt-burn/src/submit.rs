@@ -69,8 +69,11 @@ impl<M: Module + 'static> FrozenState<M> {
             need.transient = 0;
         }
         let route = gate.route(need, step);
+        let from_source = self.model_from_source();
         let frozen = self.with_scratch_dir(engine.root());
-        let frozen = if route == SaveRoute::Background && host {
+        // A learner's model is written from the record Burn's call copies (nothing to stage or
+        // hold, so nothing for the gate to pick).
+        let frozen = if route == SaveRoute::Background && host && !from_source {
             frozen.with_model_staging(gate.model_staging(step))
         } else {
             frozen
