@@ -1,23 +1,7 @@
 //! [`CheckpointManager`]: a run's checkpointing for a training loop of your own, in a few
 //! lines (Orbax's `CheckpointManager` shape: one object, `step` decides by policy).
 //!
-//! ```no_run
-//! # use burn::optim::ModuleOptimizer;
-//! # use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
-//! # fn demo<M: burn::module::Module + 'static>(
-//! #     mut model: M, mut optim: ModuleOptimizer, mut sched: ModuleLrScheduler, steps: u64,
-//! # ) -> Result<(), ckpt_burn::Error> {
-//! use ckpt_burn::{CheckpointManager, DataCursor, ManagerConfig};
-//!
-//! let mut ckpt = CheckpointManager::open(ManagerConfig::new("runs/x").every_steps(100))?;
-//! let start = ckpt.resume(&mut model, &mut optim, &mut sched)?.map_or(0, |t| t.step);
-//! for step in start + 1..=steps {
-//!     // ... forward, backward, `model = optim.step(lr, model, grads)` ...
-//!     if ckpt.step(step, &model, &optim, &sched, DataCursor::default())? { break; }
-//! }
-//! ckpt.finish()?;
-//! # Ok(()) }
-//! ```
+//! The example is on [`CheckpointManager`].
 //!
 //! What it owns: opening the root (the writer lock, start-up recovery, refusing a used root
 //! unless the run resumes or [`ManagerConfig::overwrite`] says to start over), restoring the
@@ -89,8 +73,8 @@ impl ManagerConfig {
         }
     }
 
-    /// Checkpoint every `n` optimizer steps (0: never, except a stop request's and the last
-    /// step's).
+    /// Checkpoint every `n` optimizer steps (0: checkpointing off, no save at all, not even
+    /// at a stop request or the last step).
     pub fn every_steps(mut self, n: u64) -> Self {
         self.policy = match n {
             0 => FrequencyPolicy::Never,
@@ -280,10 +264,30 @@ impl SaveTarget for Saves {
 }
 
 /// A run's checkpointing for a loop of your own (see the module docs).
+///
+/// ```no_run
+/// # use burn::optim::ModuleOptimizer;
+/// # use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+/// # fn demo<M: burn::module::Module + 'static>(
+/// #     mut model: M, mut optim: ModuleOptimizer, mut sched: ModuleLrScheduler, steps: u64,
+/// # ) -> Result<(), ckpt_burn::Error> {
+/// use ckpt_burn::{CheckpointManager, DataCursor, ManagerConfig};
+///
+/// let mut ckpt = CheckpointManager::open(ManagerConfig::new("runs/x").every_steps(100))?;
+/// let start = ckpt.resume(&mut model, &mut optim, &mut sched)?.map_or(0, |t| t.step);
+/// for step in start + 1..=steps {
+///     // ... forward, backward, `model = optim.step(lr, model, grads)` ...
+///     if ckpt.step(step, &model, &optim, &sched, DataCursor::default())? { break; }
+/// }
+/// ckpt.finish()?;
+/// # Ok(()) }
+/// ```
 pub struct CheckpointManager {
     saves: Saves,
     session: CheckpointSession,
     seed: u64,
+    /// The run's last step ([`ManagerConfig::end_step`]): `step` returns `true` there.
+    end_step: Option<u64>,
     tuning: SaveTuning,
     blocking: bool,
     /// The newest valid checkpoint found at open.
@@ -355,13 +359,16 @@ impl CheckpointManager {
             },
             session: CheckpointSession::new(session),
             seed: config.seed,
+            end_step: config.end_step,
             tuning: config.tuning,
             blocking: config.blocking,
             latest: report.latest.map(|c| (c.step, c.path)),
             resumed: None,
             overwrite: config.overwrite,
             settled: false,
-            last_step: None,
+            // The first step's time counts from here (or from the end of `resume`), not 0 s,
+            // which would pull the frequency controller's baseline down.
+            last_step: Some(Instant::now()),
             update_waits: None,
             last_save: None,
             waited: Vec::new(),
@@ -437,6 +444,7 @@ impl CheckpointManager {
         self.session.resumed_at(step);
         tracing::info!(step, dir = %dir.display(), "resumed from the newest valid checkpoint");
         self.resumed = Some(ResumedFrom { step, dir, remote });
+        self.last_step = Some(Instant::now());
         Ok(Some(r.trainer))
     }
 
@@ -489,7 +497,7 @@ impl CheckpointManager {
         cursor: DataCursor,
     ) -> Result<bool> {
         let now = Instant::now();
-        let took = self.last_step.map_or_else(Default::default, |t| now - t);
+        let took = self.last_step.map_or_else(Duration::default, |t| now - t);
         self.settle()?;
         let seed = self.seed;
         let (tuning, blocking) = (self.tuning, self.blocking);
@@ -524,7 +532,7 @@ impl CheckpointManager {
         }
         self.session.poll(&mut self.saves)?;
         self.last_step = Some(Instant::now());
-        Ok(b.stop)
+        Ok(b.stop || self.end_step.is_some_and(|end| step >= end))
     }
 
     /// Waits for every save (and upload) to be durable, releases the root and returns what the

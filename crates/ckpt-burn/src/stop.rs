@@ -1,5 +1,7 @@
-//! Stopping Burn's learner on SIGTERM/SIGINT with a final checkpoint (opt-in: a library never
-//! installs a signal handler by itself).
+//! Stopping training on SIGTERM/SIGINT with a final checkpoint (opt-in: a library never
+//! installs a signal handler by itself): Burn's learner through its interrupter, or a loop of
+//! one's own through a flag ([`StopOnSignal::install_flag`], for
+//! [`crate::ManagerConfig::stop_on`]).
 //!
 //! [`StopOnSignal::install`] handles both signals on a dedicated thread (signal-hook's
 //! self-pipe iterator, no code of ours in the handler). The first signal asks Burn's
@@ -23,7 +25,7 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicI32, Ordering},
+    atomic::{AtomicBool, AtomicI32, Ordering},
 };
 use std::thread::JoinHandle;
 
@@ -48,11 +50,48 @@ fn name(sig: i32) -> &'static str {
     }
 }
 
+/// What the first signal stops.
+enum Target {
+    Learner(Interrupter),
+    Flag(Arc<AtomicBool>),
+}
+
+impl Target {
+    fn stop(&self, why: &str) {
+        match self {
+            Target::Learner(i) => i.stop(Some(why)),
+            Target::Flag(f) => f.store(true, Ordering::SeqCst),
+        }
+    }
+}
+
 impl StopOnSignal {
     /// Handles SIGTERM and SIGINT: the first stops training through `interrupter` (pass
     /// `SupervisedTraining::interrupter()`), a second exits at once with 128 + N. Each is a
     /// warning.
     pub fn install(interrupter: Interrupter) -> Result<Self> {
+        Self::start(Target::Learner(interrupter))
+    }
+
+    /// Handles SIGTERM and SIGINT for a loop of one's own: the first sets `flag` (give the same
+    /// flag to [`crate::ManagerConfig::stop_on`]: the next `step` saves that step and returns
+    /// `true`), a second exits at once with 128 + N. Each is a warning.
+    ///
+    /// ```no_run
+    /// use std::sync::{Arc, atomic::AtomicBool};
+    /// use std::time::Duration;
+    /// use ckpt_burn::{ManagerConfig, stop::StopOnSignal};
+    ///
+    /// let flag = Arc::new(AtomicBool::new(false));
+    /// let _signals = StopOnSignal::install_flag(flag.clone())?;
+    /// let config = ManagerConfig::new("runs/x").stop_on(flag, Some(Duration::from_secs(60)));
+    /// # Ok::<(), ckpt_burn::Error>(())
+    /// ```
+    pub fn install_flag(flag: Arc<AtomicBool>) -> Result<Self> {
+        Self::start(Target::Flag(flag))
+    }
+
+    fn start(target: Target) -> Result<Self> {
         let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
             .map_err(|e| Error::Config(format!("cannot handle SIGTERM/SIGINT: {e}")))?;
         let handle = signals.handle();
@@ -71,7 +110,7 @@ impl StopOnSignal {
                              final checkpoint (send it again to exit at once)",
                             name(sig)
                         );
-                        interrupter.stop(Some(&format!("stopped by {}", name(sig))));
+                        target.stop(&format!("stopped by {}", name(sig)));
                     } else {
                         tracing::warn!(
                             "received {} again: exiting at once; an unfinished checkpoint is \

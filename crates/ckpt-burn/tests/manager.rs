@@ -222,3 +222,48 @@ fn a_background_save_writes_the_bytes_of_a_blocking_one() {
         }
     }
 }
+
+#[test]
+fn the_first_step_counts_its_real_time_in_the_baseline() {
+    // The step time fed to the frequency controller is measured between `step` calls; the
+    // first call has none before it. Counting it as 0 s put a zero into the baseline (the lower
+    // quartile of clean steps), so every save's lost time looked larger than it was.
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let init = Tiny::seeded(&device, 9);
+    let mut st = State::new(&init, &device);
+    let mut ckpt = CheckpointManager::open(
+        ManagerConfig::new(tmp.path().join("ckpt"))
+            .every_steps(100)
+            .end_step(3),
+    )
+    .unwrap();
+    for step in 1..=3 {
+        st.train(step);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        ckpt.step(step, &st.model, &st.optim, &st.sched, DataCursor::default())
+            .unwrap();
+    }
+    let report = ckpt.finish().unwrap();
+    let baseline = report.session.lost.baseline_step_ms.expect("a baseline");
+    assert!(
+        baseline >= 25.0,
+        "baseline step time {baseline} ms, but every step took at least 30 ms"
+    );
+}
+
+#[test]
+fn the_end_step_ends_the_loop_after_checkpointing_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let init = Tiny::seeded(&device, 3);
+    let root = tmp.path().join("run");
+    // A loop that would go on to step 10, told the run ends at step 4: `step` returns `true`
+    // there, after step 4 is saved, so steps 6 and 9 never come.
+    let cfg = ManagerConfig::new(&root)
+        .every_steps(3)
+        .end_step(4)
+        .keep_last(None);
+    run(&init, cfg, 10).unwrap();
+    assert_eq!(verified_steps(&root), vec![3, 4]);
+}

@@ -94,7 +94,20 @@ fn install_log_subscriber() {
         .try_init();
 }
 
+/// Restores SIGPIPE's default action, which Rust's runtime sets to "ignore": a reader that
+/// closes early (`ckpt ls ROOT | head`) then ends this process quietly, as it does `ls`,
+/// instead of `println!` panicking with "Broken pipe".
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: `signal` with SIG_DFL installs no handler code; it runs first in `main`, before
+    // any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
+    quiet_on_closed_pipe();
     install_log_subscriber();
     let cli = Cli::parse();
     let url = |p: &Path| p.to_str().filter(|s| remote::is_url(s)).map(str::to_string);

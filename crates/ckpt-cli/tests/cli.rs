@@ -155,3 +155,22 @@ fn ls_tells_epoch_keyed_checkpoints_from_step_keyed_ones() {
     assert_eq!(v[1]["step"], 40);
     assert_eq!(v[1]["keyed_by"], "step");
 }
+
+#[test]
+fn a_reader_that_closes_early_ends_ckpt_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    make_root(dir.path(), &[10, 20, 30]);
+    // `ckpt ls ROOT --json | head -0`: the reading end is closed before ckpt writes.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ckpt"))
+        .args(["ls", dir.path().to_str().unwrap(), "--json"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked"),
+        "ckpt panicked on a closed pipe: {err}"
+    );
+}

@@ -2,7 +2,7 @@
 //! (`ckpt_core::failpoints::omit::ALL`), skip it through its failpoint and run the same
 //! exploration as `power_loss.rs`; every omission must produce failures. One test, so that the
 //! process-global failpoint configuration is never shared between tests. Listed with the check
-//! that catches each in RELIABILITY.md ("Power loss").
+//! that catches each in docs/reliability.md ("Power loss").
 
 mod power_loss_support;
 

@@ -11,6 +11,7 @@
 //! use ckpt_zero::{ShardFormat, strategy::ZeroTrainingStrategy};
 //!
 //! let zero = ZeroTrainingStrategy::new(device, 4, EngineConfig::new("runs/zero"), FrequencyPolicy::EverySteps(100))?
+//!     .seed(42) // the seed your program gives Burn's data loader and `device.seed`
 //!     .shard_format(ShardFormat::PerRank)
 //!     .resume_latest(); // continue from the newest valid checkpoint, on any number of ranks
 //! let result = training.with_training_strategy(zero.into_training_strategy()).launch(learner);
@@ -540,7 +541,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
                 (true, None) => None,
                 (false, _) => Some(format!(
                     "{} already holds checkpoints of an earlier run (newest {}) and this run \
-                     does not resume: continue it with ZeroTrainingStrategy::resume(true), or \
+                     does not resume: continue it with ZeroTrainingStrategy::resume_latest(), or \
                      start over with overwrite(true), which moves them aside to .rewound-*, or \
                      use another directory",
                     self.root.display(),
