@@ -6,7 +6,7 @@
 //! cargo run --example train -- --dir runs/demo --steps 400 --resume
 //! ```
 //!
-//! Flags are described in DESIGN.md ("Example trainer"). Exit status 0 on success, non-zero
+//! Flags: `--help` (everyday flags first), and `docs/configuration.md`. Exit status 0 on success, non-zero
 //! with a one-line reason on stderr otherwise:
 //!
 //! | status | meaning |

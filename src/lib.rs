@@ -37,7 +37,7 @@
 //! #     mut sched: ModuleLrScheduler, steps: u64) -> Result<(), burn_ckpt::ckpt_burn::Error> {
 //! use burn_ckpt::{CheckpointManager, DataCursor, ManagerConfig};
 //!
-//! let mut ckpt = CheckpointManager::open(ManagerConfig::new("runs/x").every_steps(100))?;
+//! let mut ckpt = CheckpointManager::open(ManagerConfig::new("runs/x").every_steps(100).end_step(steps))?;
 //! let start = ckpt.resume(&mut model, &mut optim, &mut sched)?.map_or(0, |t| t.step);
 //! for step in start + 1..=steps {
 //!     // forward, backward, optimizer step
@@ -50,6 +50,19 @@
 //! Everything else has a default (the newest 3 checkpoints kept, one save persisting at a time,
 //! [`SaveTuning`]'s `auto` settings); [`ManagerConfig`] lists the rest: a stop flag with a
 //! grace period, the error policy, the object-store tier (feature `remote`).
+//!
+//! # Preemption
+//!
+//! [`StopOnSignal`] turns the first SIGTERM or SIGINT into a stop at the next step boundary
+//! with a final checkpoint: [`StopOnSignal::install`] for Burn's learner (its interrupter),
+//! [`StopOnSignal::install_flag`] for [`ManagerConfig::stop_on`].
+//!
+//! # The guide
+//!
+//! The repository's `README.md` is the front page and `docs/` the guide: the learner route,
+//! custom loops, exact resume and its limits, ZeRO-1 and MPI, the object-store tier,
+//! preemption and batch systems, the `ckpt` command, every option with its default,
+//! performance, reliability and the design.
 //!
 //! # The crates behind it
 //!
@@ -71,6 +84,7 @@ pub use ckpt_remote;
 pub use ckpt_zero;
 
 pub use ckpt_burn::checkpointers::CkptCheckpointers;
+pub use ckpt_burn::stop::StopOnSignal;
 pub use ckpt_burn::strategy::CkptTrainingStrategy;
 pub use ckpt_burn::{CheckpointManager, DataCursor, ManagerConfig, ManagerReport, SaveTuning};
 pub use ckpt_core::{EngineConfig, FrequencyPolicy, Retention};

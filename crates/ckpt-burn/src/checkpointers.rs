@@ -3,22 +3,7 @@
 //! through a [`ckpt_core::Engine`] as **one** atomic checkpoint directory with a manifest,
 //! instead of Burn's three independent files.
 //!
-//! ```no_run
-//! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
-//! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>)
-//! # -> Result<(), ckpt_burn::Error> {
-//! use ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
-//! use ckpt_core::EngineConfig;
-//!
-//! let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/demo/ckpt"))?;
-//! let (model_ckpt, optim_ckpt, sched_ckpt) = ckpt.checkpointers();
-//! let result = training
-//!     .with_custom_checkpointers(model_ckpt, optim_ckpt, sched_ckpt)
-//!     .with_checkpointing_strategy(AlwaysSave) // optional: Burn's default also saves every epoch
-//!     .launch(learner);
-//! ckpt.finish()?; // waits for the last checkpoint and returns any background error
-//! # Ok(()) }
-//! ```
+//! The example is on [`CkptCheckpointers`].
 //!
 //! Behaviour:
 //! - Burn's `AsyncCheckpointer` calls the three checkpointers from three threads, each with the
@@ -466,6 +451,23 @@ pub(crate) fn rewind_before_first_save(
 }
 
 /// The handle that owns the shared [`Collector`] and hands out the three checkpointers.
+///
+/// ```no_run
+/// # use burn::train::{Learner, SupervisedTraining, LearnerModel};
+/// # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>)
+/// # -> Result<(), ckpt_burn::Error> {
+/// use ckpt_burn::checkpointers::{AlwaysSave, CkptCheckpointers};
+/// use ckpt_core::EngineConfig;
+///
+/// let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/demo/ckpt"))?;
+/// let (model_ckpt, optim_ckpt, sched_ckpt) = ckpt.checkpointers();
+/// let result = training
+///     .with_custom_checkpointers(model_ckpt, optim_ckpt, sched_ckpt)
+///     .with_checkpointing_strategy(AlwaysSave) // optional: Burn's default also saves every epoch
+///     .launch(learner);
+/// ckpt.finish()?; // waits for the last checkpoint and returns any background error
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct CkptCheckpointers {
     collector: Arc<Collector>,

@@ -1,5 +1,8 @@
 //! `ckpt-burn`: Burn 0.22.1 integration for burn-ckpt.
 //!
+//! - [`CheckpointManager`]: the checkpointer of a loop of one's own: `open`, `resume`,
+//!   `step(..)` once per optimizer step (it decides by policy, snapshots and saves in the
+//!   background), `finish`.
 //! - [`FrozenState`]: capture model, optimizer, scheduler and trainer state at one
 //!   optimizer-step boundary by cloning handles (copy-on-write), and turn it into a
 //!   [`ckpt_core::Snapshot`] whose records are encoded on the persist thread.
@@ -11,10 +14,10 @@
 //!   publishes the three records of an epoch as one atomic checkpoint directory.
 //! - [`strategy`]: a `TrainingStrategy::Custom` single-device loop that checkpoints through
 //!   those checkpointers at optimizer-step boundaries and resumes mid-epoch.
-//! - [`stop`]: opt-in SIGTERM/SIGINT handling that stops Burn's learner at a step boundary
-//!   with a final checkpoint.
+//! - [`stop`]: opt-in SIGTERM/SIGINT handling that stops Burn's learner, or a loop through
+//!   [`CheckpointManager`], at a step boundary with a final checkpoint.
 //!
-//! Files written (see DESIGN.md): `model.bpk` (byte-identical to
+//! Files written (the layout in `docs/design.md`): `model.bpk` (byte-identical to
 //! `model.into_record().save(..)`), `optim.bpk`, `scheduler.bpk`, `trainer.bin`.
 
 mod capture;

@@ -17,23 +17,7 @@
 //! needs no checkpointers registered with Burn (`with_custom_checkpointers` is only for
 //! Burn's epoch route, [`crate::checkpointers`]).
 //!
-//! ```no_run
-//! # use burn::train::{Learner, SupervisedTraining, LearnerModel};
-//! # use burn::tensor::Device;
-//! # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>, device: Device)
-//! # -> Result<(), ckpt_burn::Error> {
-//! use ckpt_burn::checkpointers::CkptCheckpointers;
-//! use ckpt_burn::strategy::CkptTrainingStrategy;
-//! use ckpt_core::{EngineConfig, FrequencyPolicy};
-//!
-//! let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/demo/ckpt"))?;
-//! let strategy = CkptTrainingStrategy::new(device, &ckpt, FrequencyPolicy::EverySteps(100));
-//! let result = training
-//!     .with_training_strategy(strategy.resume_latest().into_training_strategy())
-//!     .launch(learner);
-//! ckpt.finish()?;
-//! # Ok(()) }
-//! ```
+//! The example is on [`CkptTrainingStrategy`].
 //!
 //! Limits (what Burn's public API allows):
 //! - Single device only (Burn's multi-device and DDP loops are `pub(crate)`).
@@ -86,6 +70,24 @@ pub struct ResumePoint {
 }
 
 /// Single-device training loop with step-level checkpoints. See the module docs.
+///
+/// ```no_run
+/// # use burn::train::{Learner, SupervisedTraining, LearnerModel};
+/// # use burn::tensor::Device;
+/// # fn demo<M: LearnerModel>(training: SupervisedTraining<M>, learner: Learner<M>, device: Device)
+/// # -> Result<(), ckpt_burn::Error> {
+/// use ckpt_burn::checkpointers::CkptCheckpointers;
+/// use ckpt_burn::strategy::CkptTrainingStrategy;
+/// use ckpt_core::{EngineConfig, FrequencyPolicy};
+///
+/// let ckpt = CkptCheckpointers::open(EngineConfig::new("runs/demo/ckpt"))?;
+/// let strategy = CkptTrainingStrategy::new(device, &ckpt, FrequencyPolicy::EverySteps(100));
+/// let result = training
+///     .with_training_strategy(strategy.resume_latest().into_training_strategy())
+///     .launch(learner);
+/// ckpt.finish()?;
+/// # Ok(()) }
+/// ```
 pub struct CkptTrainingStrategy {
     device: Device,
     collector: Arc<Collector>,

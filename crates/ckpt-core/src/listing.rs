@@ -46,7 +46,16 @@ pub enum CheckpointStatus {
 /// Lists `step-*` directories in `root`, oldest first. With `full`, every checksum is
 /// checked; otherwise only the manifest and file sizes.
 ///
-/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage. What `ckpt ls`
+/// shows:
+///
+/// ```no_run
+/// for c in ckpt_core::list_checkpoints("runs/x/ckpt", false)? {
+///     let mark = if c.latest { " (latest)" } else { "" };
+///     println!("step {} {} bytes {:?}{mark}", c.step, c.bytes, c.status);
+/// }
+/// # Ok::<(), ckpt_core::Error>(())
+/// ```
 pub fn list_checkpoints<'a>(
     at: impl Into<StoragePath<'a>>,
     full: bool,
@@ -108,7 +117,15 @@ pub(crate) fn step_dirs(st: &dyn Storage, root: &Path) -> Result<Vec<(u64, PathB
 /// be missing or lag behind after a crash; recovery repairs both). Returns the list; the error
 /// is the first problem found.
 ///
-/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage. What
+/// `ckpt verify ROOT` does:
+///
+/// ```no_run
+/// match ckpt_core::verify_root("runs/x/ckpt") {
+///     Ok(all) => println!("{} checkpoints verify", all.len()),
+///     Err(e) => eprintln!("{e}"), // names the checkpoint, the file and the reason
+/// }
+/// ```
 pub fn verify_root<'a>(at: impl Into<StoragePath<'a>>) -> Result<Vec<CheckpointInfo>> {
     let StoragePath {
         storage: st,

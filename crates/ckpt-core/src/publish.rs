@@ -1,4 +1,4 @@
-//! The publication protocol (DESIGN.md): parts into `ROOT/.tmp-<step>-<nonce>/`, fsync each,
+//! The publication protocol (`docs/design.md`): parts into `ROOT/.tmp-<step>-<nonce>/`, fsync each,
 //! `manifest.json` last, fsync it and the directory, rename to `step-<step:08>`, fsync the root,
 //! replace `latest` atomically, then retention. Any failure before `latest` moves removes what
 //! was written, so a failed checkpoint publishes nothing.

@@ -45,6 +45,17 @@ impl RecoveryReport {
 /// What it changes is durable when it returns.
 ///
 /// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+///
+/// ```no_run
+/// use std::path::Path;
+/// let root = Path::new("runs/x/ckpt");
+/// let _lock = ckpt_core::RootLock::acquire(root)?; // fails while a trainer holds the root
+/// let report = ckpt_core::recover(root)?;
+/// for (dir, why) in &report.quarantined {
+///     eprintln!("moved aside {}: {why}", dir.display());
+/// }
+/// # Ok::<(), ckpt_core::Error>(())
+/// ```
 pub fn recover<'a>(at: impl Into<StoragePath<'a>>) -> Result<RecoveryReport> {
     let StoragePath {
         storage: st,
@@ -116,7 +127,18 @@ pub fn recover<'a>(at: impl Into<StoragePath<'a>>) -> Result<RecoveryReport> {
 /// Removes stale `.tmp-*` and quarantined `.invalid-*` entries and invalid `step-*`
 /// directories of a root (the caller holds the lock). Returns what was removed.
 ///
-/// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+/// `at` is a path on the local disk, or a [`StoragePath`] on another storage. What `ckpt gc`
+/// does:
+///
+/// ```no_run
+/// use std::path::Path;
+/// let root = Path::new("runs/x/ckpt");
+/// let _lock = ckpt_core::RootLock::acquire(root)?;
+/// for removed in ckpt_core::garbage_collect(root)? {
+///     println!("removed {}", removed.display());
+/// }
+/// # Ok::<(), ckpt_core::Error>(())
+/// ```
 pub fn garbage_collect<'a>(at: impl Into<StoragePath<'a>>) -> Result<Vec<PathBuf>> {
     let StoragePath {
         storage: st,

@@ -88,6 +88,12 @@ pub(crate) fn check_checkpoint(st: &dyn Storage, dir: &Path, depth: Depth) -> Re
 /// and checksum. Errors name the offending file.
 ///
 /// `at` is a path on the local disk, or a [`StoragePath`] on another storage.
+///
+/// ```no_run
+/// let manifest = ckpt_core::verify_checkpoint("runs/x/ckpt/step-00000100")?;
+/// println!("step {} epoch {}: {} files", manifest.step, manifest.epoch, manifest.files.len());
+/// # Ok::<(), ckpt_core::Error>(())
+/// ```
 pub fn verify_checkpoint<'a>(at: impl Into<StoragePath<'a>>) -> Result<Manifest> {
     let StoragePath {
         storage: st,

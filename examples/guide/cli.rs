@@ -1,0 +1,1 @@
+//! The snippets of `docs/cli.md`.
