@@ -176,9 +176,12 @@ struct Args {
     /// Checkpoint as often as keeps the overhead under this fraction (e.g. 0.02).
     #[arg(long)]
     overhead_budget: Option<f64>,
-    /// Keep only the newest K checkpoints.
-    #[arg(long)]
+    /// Keep only the newest K checkpoints (default 3, as the library's `ManagerConfig`).
+    #[arg(long, overrides_with = "keep_all")]
     keep_last: Option<usize>,
+    /// Keep every checkpoint (no retention). The later of --keep-last and --keep-all wins.
+    #[arg(long, overrides_with = "keep_last")]
+    keep_all: bool,
     /// async: our pipeline; sync: our blocking path (same bytes); burn: Burn's checkpointer.
     #[arg(long, value_enum, default_value_t = Mode::Async)]
     save_mode: Mode,
@@ -424,7 +427,11 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
     cfg.layers = args.layers;
     cfg.batch_size = args.batch_size;
     cfg.dataset_size = args.dataset_size;
-    cfg.keep_last = args.keep_last;
+    cfg.keep_last = match (args.keep_all, args.keep_last) {
+        (true, _) => None,
+        (false, Some(k)) => Some(k),
+        (false, None) => cfg.keep_last,
+    };
     cfg.frequency = match (args.save_every, args.overhead_budget) {
         (_, Some(f)) => Frequency::OverheadBudget(f),
         (Some(n), None) => Frequency::EverySteps(n),

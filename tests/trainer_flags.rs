@@ -1,5 +1,5 @@
 //! The example trainer's command line: a flag given twice takes the last value (so wrapper
-//! scripts can append overrides), as most Unix tools do.
+//! scripts can append overrides), as most Unix tools do; its defaults are the library's.
 
 mod common;
 
@@ -25,6 +25,29 @@ fn a_flag_given_twice_takes_the_last_value() {
     let r = read_report(&report);
     assert_eq!(r["final_step"], 6, "{r}");
     assert_eq!(assert_published_valid(&dir), [3, 6]);
+}
+
+#[test]
+fn retention_keeps_the_newest_three_by_default_as_the_library_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("default");
+    trainer(&dir)
+        .without("--keep-all")
+        .steps(12)
+        .save_every(2)
+        .run_ok();
+    assert_eq!(assert_published_valid(&dir), [8, 10, 12]);
+
+    // The later of --keep-last and --keep-all wins.
+    let dir = tmp.path().join("all");
+    trainer(&dir)
+        .without("--keep-all")
+        .arg("--keep-last", 2)
+        .flag("--keep-all")
+        .steps(8)
+        .save_every(2)
+        .run_ok();
+    assert_eq!(assert_published_valid(&dir), [2, 4, 6, 8]);
 }
 
 #[test]

@@ -66,14 +66,15 @@ pub(crate) struct Trainer {
 }
 
 /// The example trainer on root `dir` with small, fast settings (a 2-layer MLP of width 32,
-/// 100 samples in batches of 8, seed 7, no retention).
+/// 100 samples in batches of 8, seed 7, no retention: `--keep-all`, which a later
+/// `--keep-last` overrides).
 pub(crate) fn trainer(dir: &Path) -> Trainer {
     let mut t = Trainer {
         args: Vec::new(),
         failpoints: Vec::new(),
         env: Vec::new(),
     };
-    t = t.arg("--dir", dir.display());
+    t = t.arg("--dir", dir.display()).flag("--keep-all");
     for (k, v) in [
         ("--seed", "7"),
         ("--hidden", "32"),
@@ -101,6 +102,11 @@ impl Trainer {
     /// Adds a bare `--flag`.
     pub(crate) fn flag(mut self, flag: &str) -> Self {
         self.args.push(flag.to_string());
+        self
+    }
+    /// Removes a bare `--flag` given earlier (the fixture's `--keep-all`, say).
+    pub(crate) fn without(mut self, flag: &str) -> Self {
+        self.args.retain(|a| a != flag);
         self
     }
     /// `--steps N`.
