@@ -24,7 +24,7 @@
 //! ```
 
 use std::sync::{
-    Arc,
+    Arc, Mutex,
     atomic::{AtomicBool, AtomicI32, Ordering},
 };
 use std::thread::JoinHandle;
@@ -34,7 +34,12 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::{Error, Result};
 
-/// The signal thread; dropping it stops handling the signals.
+/// Actions registered when a [`StopOnSignal`] was dropped, each making its signal end the
+/// process as its default action would; the next install removes them.
+static DEFAULTS_RESTORED: Mutex<Vec<signal_hook::SigId>> = Mutex::new(Vec::new());
+
+/// The signal thread; dropping it stops handling the signals, and SIGTERM and SIGINT then end
+/// the process as they would without a handler (signal-hook alone would leave them ignored).
 #[derive(Debug)]
 pub struct StopOnSignal {
     received: Arc<AtomicI32>,
@@ -92,6 +97,13 @@ impl StopOnSignal {
     }
 
     fn start(target: Target) -> Result<Self> {
+        for id in DEFAULTS_RESTORED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            signal_hook::low_level::unregister(id);
+        }
         let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
             .map_err(|e| Error::Config(format!("cannot handle SIGTERM/SIGINT: {e}")))?;
         let handle = signals.handle();
@@ -143,6 +155,19 @@ impl Drop for StopOnSignal {
         self.handle.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // signal-hook keeps its process-wide handler installed with no action left, which
+        // would ignore these signals from now on: give them back their default effect.
+        let mut restored = DEFAULTS_RESTORED.lock().unwrap_or_else(|e| e.into_inner());
+        for sig in [SIGTERM, SIGINT] {
+            let always = Arc::new(AtomicBool::new(true));
+            match signal_hook::flag::register_conditional_default(sig, always) {
+                Ok(id) => restored.push(id),
+                Err(e) => tracing::warn!(
+                    "{} stays ignored after the stop handler was dropped: {e}",
+                    name(sig)
+                ),
+            }
         }
     }
 }

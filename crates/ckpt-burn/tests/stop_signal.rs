@@ -1,7 +1,10 @@
 //! A loop of one's own stopped by a real SIGTERM: `StopOnSignal::install_flag` sets the flag
 //! given to `ManagerConfig::stop_on`, so the next `step` saves that step and ends the loop.
-//! (Its own test binary: the signal goes to the whole process.)
+//! Dropping the handler gives SIGTERM back its default effect. (Its own test binary: the
+//! signal goes to the whole process.)
 
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -71,4 +74,38 @@ fn sigterm_stops_a_custom_loop_at_a_checkpointed_step() {
     let report = ckpt.finish().unwrap();
     assert_eq!(report.session.stopped.map(|s| s.step), Some(3));
     assert_eq!(verified_steps(&root), vec![3]);
+}
+
+/// The child side of `a_dropped_handler_leaves_sigterm_its_default_effect`: a no-op unless
+/// that test runs it.
+#[test]
+fn child_drops_the_handler_then_gets_sigterm() {
+    if std::env::var_os("CKPT_STOP_SIGNAL_CHILD").is_none() {
+        return;
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    drop(StopOnSignal::install_flag(flag).unwrap());
+    signal_hook::low_level::raise(signal_hook::consts::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    // Still here: the signal was ignored.
+    std::process::exit(0);
+}
+
+#[test]
+fn a_dropped_handler_leaves_sigterm_its_default_effect() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_drops_the_handler_then_gets_sigterm",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CKPT_STOP_SIGNAL_CHILD", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(signal_hook::consts::SIGTERM),
+        "after the handler was dropped, SIGTERM did not end the process: {out:?}"
+    );
 }
