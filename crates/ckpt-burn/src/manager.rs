@@ -286,8 +286,6 @@ pub struct CheckpointManager {
     saves: Saves,
     session: CheckpointSession,
     seed: u64,
-    /// The run's last step ([`ManagerConfig::end_step`]): `step` returns `true` there.
-    end_step: Option<u64>,
     tuning: SaveTuning,
     blocking: bool,
     /// The newest valid checkpoint found at open.
@@ -359,7 +357,6 @@ impl CheckpointManager {
             },
             session: CheckpointSession::new(session),
             seed: config.seed,
-            end_step: config.end_step,
             tuning: config.tuning,
             blocking: config.blocking,
             latest: report.latest.map(|c| (c.step, c.path)),
@@ -532,7 +529,7 @@ impl CheckpointManager {
         }
         self.session.poll(&mut self.saves)?;
         self.last_step = Some(Instant::now());
-        Ok(b.stop || self.end_step.is_some_and(|end| step >= end))
+        Ok(b.last)
     }
 
     /// Waits for every save (and upload) to be durable, releases the root and returns what the

@@ -93,6 +93,9 @@ pub struct Boundary {
     pub save: bool,
     /// Stop after this step: its checkpoint is the run's final one.
     pub stop: bool,
+    /// This step is the run's last ([`SessionConfig::end_step`], or the step a stop agreed
+    /// on): the loop ends here.
+    pub last: bool,
 }
 
 /// Settings of a [`CheckpointSession`].
@@ -274,6 +277,7 @@ impl CheckpointSession {
         Ok(Boundary {
             save,
             stop: agreed.stop,
+            last: is_final,
         })
     }
 
