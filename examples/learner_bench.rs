@@ -3,7 +3,9 @@
 //! `--mode ours` it adds the README's learner lines (`CkptTrainingStrategy`, saving every
 //! `--steps-per-epoch` steps and at each epoch's end); with `--mode burn` Burn's own
 //! checkpointer (`with_default_checkpointers`, which saves at each epoch's end: the same
-//! steps); with `--mode off` no checkpoints. `bench_defaults` runs it for the report's learner
+//! steps); with `--mode zero` ZeRO-1 through the learner (`ZeroTrainingStrategy` on `--ranks`
+//! rank threads, each reading the whole loader, saving at the same steps; the step times are
+//! rank 0's); with `--mode off` no checkpoints. `bench_defaults` runs it for the report's learner
 //! section; it writes `--report FILE.json`: the wall time (to the last save durable), the
 //! time at which each training step started (gaps spanning a save, against the same gaps of a
 //! run without checkpoints, are that save's stall), the steps saved.
@@ -31,15 +33,25 @@ use burn::train::{
 };
 use burn_ckpt::ckpt_burn::checkpointers::CkptCheckpointers;
 use burn_ckpt::ckpt_burn::strategy::CkptTrainingStrategy;
+use burn_ckpt::ckpt_burn::{SaveTuning, UpdateWait};
 use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, Retention};
+use burn_ckpt::ckpt_zero::strategy::ZeroTrainingStrategy;
 use clap::Parser;
 
 /// Flags.
 #[derive(Parser, Debug)]
 struct Args {
-    /// `ours` (the README's learner lines), `burn` (Burn's checkpointer) or `off`.
+    /// `ours` (the README's learner lines), `burn` (Burn's checkpointer), `zero`
+    /// (`ZeroTrainingStrategy`) or `off`.
     #[arg(long, default_value = "ours")]
     mode: String,
+    /// `--mode ours`: whether an update waits for the save to give the learner's state back
+    /// (`auto`, the default: on device memory only; `always`; `never`). For comparisons.
+    #[arg(long, default_value = "auto")]
+    update_wait: String,
+    /// Rank threads of `--mode zero`.
+    #[arg(long, default_value_t = 1)]
+    ranks: usize,
     /// Width of each layer.
     #[arg(long, default_value_t = 1024)]
     hidden: usize,
@@ -60,8 +72,14 @@ struct Args {
     report: Option<PathBuf>,
 }
 
-/// When each training step started.
+/// When each training step started (on the thread that launched training: rank 0 of
+/// `--mode zero`).
 static STEP_STARTS: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+
+std::thread_local! {
+    /// Whether this thread records its step starts.
+    static RECORDS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// Layers of Linear(hidden, hidden) with ReLUs between.
 #[derive(Module, Debug)]
@@ -119,10 +137,12 @@ impl TrainStep for Mlp {
     type Input = Batch;
     type Output = RegressionOutput;
     fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
-        STEP_STARTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Instant::now());
+        if RECORDS.get() {
+            STEP_STARTS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Instant::now());
+        }
         let o = self.regress(b);
         TrainOutput::new(self, o.loss.backward(), o)
     }
@@ -148,6 +168,7 @@ fn samples(n: usize, hidden: usize) -> Vec<Vec<f32>> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    RECORDS.set(true);
     let t0 = Instant::now();
     let device = Device::flex().autodiff();
     let batch = 8;
@@ -178,6 +199,12 @@ fn main() -> Result<()> {
             let config =
                 EngineConfig::new(args.dir.join("ckpt")).retention(Retention::keep_last(3));
             let ckpt = CkptCheckpointers::open(config)?;
+            let wait = match args.update_wait.as_str() {
+                "auto" => UpdateWait::Auto,
+                "always" => UpdateWait::Always,
+                "never" => UpdateWait::Never,
+                other => anyhow::bail!("--update-wait {other}: auto, always or never"),
+            };
             let result = training
                 .with_training_strategy(
                     CkptTrainingStrategy::new(
@@ -187,6 +214,7 @@ fn main() -> Result<()> {
                     )
                     .resume_latest()
                     .deterministic(42)
+                    .tuning(SaveTuning::default().update_wait(wait))
                     .into_training_strategy(),
                 )
                 .launch(learner);
@@ -201,13 +229,29 @@ fn main() -> Result<()> {
                 anyhow::bail!("training failed: {e}");
             }
         }
+        "zero" => {
+            let zero = ZeroTrainingStrategy::new(
+                device.clone(),
+                args.ranks,
+                EngineConfig::new(args.dir.join("ckpt")).retention(Retention::keep_last(3)),
+                FrequencyPolicy::EverySteps(every),
+            )?
+            .replicate_data(true)
+            .seed(42);
+            let result = training
+                .with_training_strategy(zero.into_training_strategy())
+                .launch(learner);
+            if let Some(e) = result.error {
+                anyhow::bail!("training failed: {e}");
+            }
+        }
         "off" => {
             let result = training.launch(learner);
             if let Some(e) = result.error {
                 anyhow::bail!("training failed: {e}");
             }
         }
-        other => anyhow::bail!("--mode {other}: ours, burn or off"),
+        other => anyhow::bail!("--mode {other}: ours, burn, zero or off"),
     }
     let wall_s = t0.elapsed().as_secs_f64();
     let starts = STEP_STARTS

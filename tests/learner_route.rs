@@ -5,6 +5,8 @@
 //!   off the training thread: with that staging held back while training runs on, the files
 //!   equal those of a run that ended at that step (nothing after it could change them).
 //! - The strategy alone saves and resumes (`.checkpoint(n)` and `resume_latest()`), exactly.
+//! - By default the update after a save waits until the save has given the learner back, so
+//!   no update copies the state on write.
 //!
 //! Its own test binary: the held-back staging is a process-wide failpoint.
 
@@ -15,8 +17,8 @@ use burn::train::{LearningResult, SupervisedTraining, metric::LossMetric};
 use burn_ckpt::ckpt_burn::checkpointers::CkptCheckpointers;
 use burn_ckpt::ckpt_burn::strategy::CkptTrainingStrategy;
 use burn_ckpt::ckpt_burn::{
-    MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT, TRAINER_FILE, assign_param_ids,
-    backend_rng_lock, encode_model,
+    MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT, SaveTuning, TRAINER_FILE, UpdateWait,
+    assign_param_ids, backend_rng_lock, encode_model, pinned_state_bytes,
 };
 use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, layout::checkpoint_dir_name};
 use test_support::fs::verified_steps;
@@ -46,11 +48,24 @@ fn launch_on(
     every: u64,
     how: How,
 ) -> LearningResult<Tiny> {
+    launch_tuned(device, dir, epochs, every, how, SaveTuning::default())
+}
+
+/// [`launch_on`] with `tuning`.
+fn launch_tuned(
+    device: Device,
+    dir: &Path,
+    epochs: usize,
+    every: u64,
+    how: How,
+    tuning: SaveTuning,
+) -> LearningResult<Tiny> {
     let (train, valid) = loaders(16, Some(7));
     let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
     let mut strategy =
         CkptTrainingStrategy::new(device.clone(), &ckpt, FrequencyPolicy::EverySteps(every))
-            .deterministic(5);
+            .deterministic(5)
+            .tuning(tuning);
     if how == How::Latest {
         strategy = strategy.resume_latest();
     }
@@ -90,10 +105,12 @@ fn assert_same_checkpoint(a: &Path, b: &Path, step: u64, what: &str) {
     }
 }
 
+/// The failpoint, the step hook and the held-state count are process-wide: one test at a
+/// time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Held-back staging while training runs on, against a run that ended at the saved step.
 fn frozen_learner_is_its_step(device: fn() -> Device) {
-    // The failpoint is process-wide: one such test at a time.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     // Reference: a run that ends at step 4 (its last save, at the end of epoch 1).
@@ -102,10 +119,12 @@ fn frozen_learner_is_its_step(device: fn() -> Device) {
     assert_eq!(verified_steps(&ended.join("ckpt")), vec![2, 4]);
 
     // The same run going on to step 8, every save's staging held back: Burn's records of
-    // steps 2 and 4 are taken from the frozen learner while training runs steps past them.
+    // steps 2 and 4 are taken from the frozen learner while training runs steps past them
+    // (updates do not wait for the save here, which by default they do).
     let held = tmp.path().join("held");
     fail::cfg(STAGE_FAILPOINT, "sleep(700)").unwrap();
-    launch_on(device(), &held, 2, 2, How::Fresh);
+    let never = SaveTuning::default().update_wait(UpdateWait::Never);
+    launch_tuned(device(), &held, 2, 2, How::Fresh, never);
     fail::remove(STAGE_FAILPOINT);
     assert_eq!(verified_steps(&held.join("ckpt")), vec![2, 4, 6, 8]);
     for step in [2, 4] {
@@ -131,8 +150,62 @@ fn on_wgpu_a_frozen_learner_is_written_as_its_step_after_training_moved_on() {
     frozen_learner_is_its_step(|| Device::wgpu(burn::tensor::DeviceKind::DefaultDevice).autodiff());
 }
 
+/// The state saves still held (`pinned_state_bytes`) at the start of each training step of a
+/// run saving every 2 steps with its staging held back 700 ms, the steps far shorter.
+fn held_at_each_step(tuning: SaveTuning) -> Vec<u64> {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (mine, to) = (std::thread::current().id(), samples.clone());
+    test_support::tiny::on_train_step(Some(Box::new(move || {
+        // Only this test's training (it runs on the launching thread).
+        if std::thread::current().id() == mine {
+            to.lock().unwrap().push(pinned_state_bytes());
+        }
+    })));
+    fail::cfg(STAGE_FAILPOINT, "sleep(700)").unwrap();
+    launch_tuned(
+        Device::flex().autodiff(),
+        tmp.path(),
+        2,
+        2,
+        How::Fresh,
+        tuning,
+    );
+    fail::remove(STAGE_FAILPOINT);
+    test_support::tiny::on_train_step(None);
+    samples.lock().unwrap().clone()
+}
+
+/// By default, on host memory too, the update after a save waits until the save has taken
+/// Burn's records of the frozen learner and let it go: the step after that update starts with
+/// nothing held (so no update copied the state on write). With `UpdateWait::Never` it does
+/// not wait, and the same step starts with the learner still held.
+#[test]
+fn by_default_the_update_after_a_save_waits_for_the_learner_to_be_given_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Saves after steps 2, 4, 6 and 8; the update of step s + 1 is the first after save s,
+    // so step s + 2 (sample s + 1, 0-based) starts after it.
+    let waited = held_at_each_step(SaveTuning::default());
+    assert_eq!(waited.len(), 8, "{waited:?}");
+    for s in [2, 4, 6] {
+        assert_eq!(
+            waited[s + 1],
+            0,
+            "step {} started with state held: {waited:?}",
+            s + 2
+        );
+    }
+    let copied = held_at_each_step(SaveTuning::default().update_wait(UpdateWait::Never));
+    assert!(
+        [2, 4, 6].iter().any(|s| copied[s + 1] > 0),
+        "without the wait, no step started with state held: {copied:?}"
+    );
+}
+
 #[test]
 fn the_strategy_alone_saves_and_resumes_exactly() {
+    // Its saves' held state would show in the other tests' process-wide samples.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
     let result = launch(&full, 2, 3, How::Fresh);

@@ -8,7 +8,9 @@
 //! helper ([`crate::LearnerTap`]: Burn keeps the learner's optimizer private, and its own
 //! `LearningCheckpointer` is the one public reader), the model is staged from its handles, and
 //! everything is encoded and written on the engine's persist thread, under the same snapshot
-//! budget, staging and update-wait rules as any other loop of this crate. Checkpoints go to
+//! budget and staging rules as any other loop of this crate. The next optimizer update waits
+//! until those records are taken (they are taken beside its forward and backward passes), so
+//! it writes in place instead of copying the whole learner ([`crate::UpdateWait::Auto`]). Checkpoints go to
 //! `step-<step:08>` directories of the [`CkptCheckpointers`] root with a `trainer.bin`
 //! ([`crate::TrainerState`]: the step, the epoch (0-based) and the batches of it done as the
 //! cursor's position, the [`CkptTrainingStrategy::deterministic`] seed or 0; the cursor's
@@ -51,7 +53,7 @@ use burn::train::{
 use ckpt_core::{CheckpointSession, FrequencyPolicy, SessionConfig, layout::checkpoint_dir_name};
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
-use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning};
+use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning, UpdateWait};
 
 /// Manifest entry: training iterations of the epoch done at the checkpoint.
 pub const META_EPOCH_ITERATION: &str = "burn_epoch_iteration";
@@ -470,9 +472,14 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             seed: self.deterministic.unwrap_or(0),
             optimizer_read: self.tuning.read(),
         };
-        // Where the state is device memory, an update waits until the saves' staging has given
-        // the state back (it overlaps the forward and backward passes), instead of copying it.
-        let wait_before_update = self.tuning.wait().applies_to(&self.device);
+        // An update waits until the save has given the learner's state back (Burn's records of
+        // the frozen clone are taken beside the forward and backward passes), instead of
+        // copying it on write: `auto` waits on this route on host memory too (see
+        // `UpdateWait::Auto`).
+        let wait_before_update = match self.tuning.wait() {
+            UpdateWait::Auto => true,
+            other => other.applies_to(&self.device),
+        };
         if let Some(p) = resume {
             run.session.resumed_at(p.step);
         }

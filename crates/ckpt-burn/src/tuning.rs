@@ -6,7 +6,7 @@
 //! | [`memory_budget`](SaveTuning::memory_budget) | `auto`: half the memory available at start ([`ckpt_core::session::auto_snapshot_budget`]) | extra memory a save may take; a save that would need more is throttled (training waits until it fits), or written while training waits | a machine shared with other jobs (lower), or a save that must never wait (`None`: no limit) |
 //! | [`model_staging`](SaveTuning::model_staging) | measured per save | host memory (Flex): copy the model out on a helper thread, or hold its handles until written | benchmarks |
 //! | [`optimizer_read`](SaveTuning::optimizer_read) | `auto`: inside the save call on one-queue device runtimes (wgpu), on the helper on CUDA/HIP | when the optimizer's state is read to host memory on a device backend | benchmarks |
-//! | [`update_wait`](SaveTuning::update_wait) | `auto`: on device memory only | whether an optimizer update waits until the save no longer holds the state it overwrites | a device short of memory (`Always`) |
+//! | [`update_wait`](SaveTuning::update_wait) | `auto`: on device memory, and on the learner route also on host memory | whether an optimizer update waits until the save no longer holds the state it overwrites | a device short of memory (`Always`) |
 
 use ckpt_core::staging::StagingPolicy;
 

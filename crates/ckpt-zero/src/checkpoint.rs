@@ -126,6 +126,26 @@ pub struct ShardJob<M> {
     pub trainer: TrainerState,
 }
 
+/// Builds a rank's [`ShardJob`] on its checkpoint thread (see [`ShardedSaver::submit_later`]).
+type BuildShardJob<M> = Box<dyn FnOnce() -> Result<ShardJob<M>> + Send>;
+
+/// What a rank hands its checkpoint thread.
+enum Job<M> {
+    /// Captured whole on the training thread.
+    Ready(ShardJob<M>),
+    /// Step `.0`'s job, built on the checkpoint thread.
+    Later(u64, BuildShardJob<M>),
+}
+
+impl<M> Job<M> {
+    fn step(&self) -> u64 {
+        match self {
+            Job::Ready(j) => j.trainer.step,
+            Job::Later(step, _) => *step,
+        }
+    }
+}
+
 /// The outcome of one sharded save, as this rank saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardOutcome {
@@ -139,7 +159,7 @@ pub struct ShardOutcome {
 
 /// A rank's background checkpoint thread.
 pub struct ShardedSaver<M> {
-    tx: Option<Sender<ShardJob<M>>>,
+    tx: Option<Sender<Job<M>>>,
     done: Receiver<Result<ShardOutcome>>,
     thread: Option<JoinHandle<Result<()>>>,
     rank: usize,
@@ -210,7 +230,7 @@ impl<M: Module + 'static> ShardedSaver<M> {
             ));
         }
         let rank = group.rank();
-        let (tx, rx) = crossbeam_channel::bounded::<ShardJob<M>>(1);
+        let (tx, rx) = crossbeam_channel::bounded::<Job<M>>(1);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let mut worker = Worker {
             group,
@@ -270,6 +290,22 @@ impl<M: Module + 'static> ShardedSaver<M> {
     /// Hands a captured shard to the background thread. Blocks while the previous save is
     /// still being persisted (one in flight), and returns its error if it failed.
     pub fn submit(&mut self, job: ShardJob<M>) -> Result<()> {
+        self.send(Job::Ready(job))
+    }
+
+    /// [`Self::submit`] for step `step`'s job, built by `build` on the checkpoint thread: the
+    /// training thread only freezes the state (clones handles) and goes on. `build` must read
+    /// only what was frozen at the step boundary; an error it returns fails this step's save
+    /// on every rank, like any other error of the save.
+    pub fn submit_later(
+        &mut self,
+        step: u64,
+        build: impl FnOnce() -> Result<ShardJob<M>> + Send + 'static,
+    ) -> Result<()> {
+        self.send(Job::Later(step, Box::new(build)))
+    }
+
+    fn send(&mut self, job: Job<M>) -> Result<()> {
         let t0 = Instant::now();
         let waited = self.wait_idle_inner();
         self.blocked += t0.elapsed();
@@ -423,22 +459,31 @@ impl<M> Drop for ShardedSaver<M> {
 
 impl Worker {
     /// Saves one step's shards; every error names the step.
-    fn save<M: Module + 'static>(&mut self, job: ShardJob<M>) -> Result<ShardOutcome> {
-        let step = job.trainer.step;
+    fn save<M: Module + 'static>(&mut self, job: Job<M>) -> Result<ShardOutcome> {
+        let step = job.step();
+        let t0 = Instant::now();
+        let job = match job {
+            Job::Ready(job) => Ok(job),
+            Job::Later(_, build) => build(),
+        };
         // `NotPublished` comes after every rank agreed on the outcome; any other error left
         // the ranks out of step (a rank gone, a timeout, this thread failing before the
         // collective calls of the save).
-        self.save_inner(job).map_err(|e| match e {
-            Error::NotPublished { .. } => e,
-            other => Error::CheckpointGroupFailed {
-                step,
-                reason: format!("rank {}: {other}", self.group.rank()),
-            },
-        })
+        job.and_then(|job| self.save_inner(job, t0))
+            .map_err(|e| match e {
+                Error::NotPublished { .. } => e,
+                other => Error::CheckpointGroupFailed {
+                    step,
+                    reason: format!("rank {}: {other}", self.group.rank()),
+                },
+            })
     }
 
-    fn save_inner<M: Module + 'static>(&mut self, job: ShardJob<M>) -> Result<ShardOutcome> {
-        let t0 = Instant::now();
+    fn save_inner<M: Module + 'static>(
+        &mut self,
+        job: ShardJob<M>,
+        t0: Instant,
+    ) -> Result<ShardOutcome> {
         let rank = self.group.rank();
         let world = self.group.size();
         let step = job.trainer.step;

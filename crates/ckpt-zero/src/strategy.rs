@@ -27,12 +27,14 @@
 //!   `optimizer_step` with the gradients of the parameters it owns only (so its optimizer holds
 //!   only that shard), then the owners' parameters are all-gathered and loaded into every rank's
 //!   learner (`Learner::load_model`: a host round trip per step).
-//! - The learner keeps its optimizer private; the only public way to its state is
-//!   `LearningCheckpointer::checkpoint`, which builds the records on the training thread. The
-//!   optimizer record is encoded right there (on CubeCL its bytes are read lazily, so it must be
-//!   read before the next step), then it moves over the dedicated checkpoint group in the
-//!   background like the example trainer's ZeRO loop. The stall is therefore a copy of the shard, not
-//!   a handle clone.
+//! - A save does not stall training: at the step boundary each rank clones its learner (handle
+//!   clones, copy-on-write) and hands the clone to its checkpoint thread, which takes Burn's
+//!   records of it there (`ckpt_burn::LearnerTap`: the learner keeps its optimizer private, and
+//!   `LearningCheckpointer::checkpoint` is the one public reader), encodes the shard and moves
+//!   it over the dedicated checkpoint group like the example trainer's ZeRO loop. Until the
+//!   records are taken, the clone keeps the step's tensors alive, so the next update copies
+//!   what it overwrites instead of writing in place; no snapshot budget applies on this route
+//!   (one save is in flight at a time, and the next waits for it).
 //! - A stop through Burn's interrupter is agreed by all ranks at the next step boundary
 //!   (`ckpt_zero::agree_on_boundary`), and that step is checkpointed before training ends.
 //! - Checkpoints every N optimizer steps, or as often as an overhead budget allows
@@ -352,16 +354,21 @@ impl<M: LearnerModel> RankRun<M> {
                         shuffle_seed: seed,
                     };
                     self.session.save(saver, step, |saver, _| {
-                        // Burn's records of this rank's learner, taken here (ckpt_burn's tap).
-                        let (optim, scheduler) = records
-                            .records(learner)
-                            .map_err(|e| Error::Config(format!("step {step}: {e}")))?;
-                        let optim = OptimShard::from_record(optim)?;
-                        saver.submit(ShardJob {
-                            model: (rank == 0).then(|| learner.model()),
-                            optim,
-                            scheduler,
-                            trainer: TrainerState::new(step, cursor, seed),
+                        // The learner frozen at this step: handle clones (copy-on-write), so
+                        // the training thread goes on at once. Burn's records of the clone are
+                        // taken on the rank's checkpoint thread (ckpt_burn's tap).
+                        let frozen = learner.clone();
+                        let records = records.clone();
+                        saver.submit_later(step, move || {
+                            let (optim, scheduler) = records.records(&frozen).map_err(|e| {
+                                Error::Config(format!("step {step}: the learner's records: {e}"))
+                            })?;
+                            Ok(ShardJob {
+                                model: (rank == 0).then(|| frozen.model()),
+                                optim: OptimShard::from_record(optim)?,
+                                scheduler,
+                                trainer: TrainerState::new(step, cursor, seed),
+                            })
                         })?;
                         Ok::<_, Error>(Submitted::queued(step, Duration::ZERO))
                     })?;

@@ -2,7 +2,7 @@
 //! `TrainStep`/`InferenceStep` impls, learner (AdamW, cosine schedule) and data loaders, for
 //! tests that drive Burn's `SupervisedTraining` (the learner hook, ZeRO in the learner).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
@@ -93,10 +93,30 @@ impl Tiny {
     }
 }
 
+/// A hook every [`Tiny`] training step calls first (see [`on_train_step`]).
+type StepHook = Box<dyn Fn() + Send>;
+
+/// The hook set by [`on_train_step`].
+static ON_TRAIN_STEP: Mutex<Option<StepHook>> = Mutex::new(None);
+
+/// Calls `hook` at the start of every [`Tiny`] training step in this process, on the thread
+/// running the step (`None`: no hook), so a test can observe the state between one optimizer
+/// update and the next. The hook must be cheap and must not panic.
+pub fn on_train_step(hook: Option<StepHook>) {
+    *ON_TRAIN_STEP.lock().unwrap_or_else(|e| e.into_inner()) = hook;
+}
+
 impl TrainStep for Tiny {
     type Input = Batch;
     type Output = RegressionOutput;
     fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
+        if let Some(hook) = ON_TRAIN_STEP
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            hook();
+        }
         let o = self.regress(b);
         TrainOutput::new(self, o.loss.backward(), o)
     }
