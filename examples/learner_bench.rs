@@ -46,7 +46,7 @@ struct Args {
     #[arg(long, default_value = "ours")]
     mode: String,
     /// `--mode ours`: whether an update waits for the save to give the learner's state back
-    /// (`auto`, the default: on device memory only; `always`; `never`). For comparisons.
+    /// (`auto`, the default: on this route always; `always`; `never`). For comparisons.
     #[arg(long, default_value = "auto")]
     update_wait: String,
     /// Rank threads of `--mode zero`.

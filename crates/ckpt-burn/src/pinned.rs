@@ -151,6 +151,12 @@ impl UpdateWait {
             UpdateWait::Auto => holds_device_memory(device),
         }
     }
+
+    /// [`Self::applies_to`] on the learner route, where a save holds a clone of the whole
+    /// learner until Burn's records of it are taken: `Auto` waits on host memory too.
+    pub(crate) fn applies_to_learner(self, device: &burn::tensor::Device) -> bool {
+        self == UpdateWait::Auto || self.applies_to(device)
+    }
 }
 
 /// When a background save on a device backend reads the optimizer's state to host memory.

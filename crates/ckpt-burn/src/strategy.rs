@@ -53,7 +53,7 @@ use burn::train::{
 use ckpt_core::{CheckpointSession, FrequencyPolicy, SessionConfig, layout::checkpoint_dir_name};
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
-use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning, UpdateWait};
+use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning};
 
 /// Manifest entry: training iterations of the epoch done at the checkpoint.
 pub const META_EPOCH_ITERATION: &str = "burn_epoch_iteration";
@@ -476,10 +476,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
         // the frozen clone are taken beside the forward and backward passes), instead of
         // copying it on write: `auto` waits on this route on host memory too (see
         // `UpdateWait::Auto`).
-        let wait_before_update = match self.tuning.wait() {
-            UpdateWait::Auto => true,
-            other => other.applies_to(&self.device),
-        };
+        let wait_before_update = self.tuning.wait().applies_to_learner(&self.device);
         if let Some(p) = resume {
             run.session.resumed_at(p.step);
         }
