@@ -45,8 +45,9 @@ struct Args {
     /// (`ZeroTrainingStrategy`) or `off`.
     #[arg(long, default_value = "ours")]
     mode: String,
-    /// `--mode ours`: whether an update waits for the save to give the learner's state back
-    /// (`auto`, the default: on this route always; `always`; `never`). For comparisons.
+    /// `--mode ours` and `zero`: whether an update waits for the save to give the learner's
+    /// state back (`auto`, the default: on these routes always; `always`; `never`). For
+    /// comparisons.
     #[arg(long, default_value = "auto")]
     update_wait: String,
     /// Rank threads of `--mode zero`.
@@ -193,18 +194,18 @@ fn main() -> Result<()> {
         .with_application_logger(None)
         .num_epochs(args.epochs);
     let every = args.steps_per_epoch as u64;
+    let wait = match args.update_wait.as_str() {
+        "auto" => UpdateWait::Auto,
+        "always" => UpdateWait::Always,
+        "never" => UpdateWait::Never,
+        other => anyhow::bail!("--update-wait {other}: auto, always or never"),
+    };
     match args.mode.as_str() {
         "ours" => {
             // The README's learner lines.
             let config =
                 EngineConfig::new(args.dir.join("ckpt")).retention(Retention::keep_last(3));
             let ckpt = CkptCheckpointers::open(config)?;
-            let wait = match args.update_wait.as_str() {
-                "auto" => UpdateWait::Auto,
-                "always" => UpdateWait::Always,
-                "never" => UpdateWait::Never,
-                other => anyhow::bail!("--update-wait {other}: auto, always or never"),
-            };
             let result = training
                 .with_training_strategy(
                     CkptTrainingStrategy::new(
@@ -237,6 +238,7 @@ fn main() -> Result<()> {
                 FrequencyPolicy::EverySteps(every),
             )?
             .replicate_data(true)
+            .tuning(SaveTuning::default().update_wait(wait))
             .seed(42);
             let result = training
                 .with_training_strategy(zero.into_training_strategy())

@@ -59,7 +59,7 @@ fn mpi_loop<M: Module + 'static>(
         model = zero.step(&mut optim, sched.step(), model, grads)?;
         if step % 100 == 0 {                                     // every rank, at the same steps
             let trainer = TrainerState::new(step, DataCursor::default(), seed);
-            let model = (rank == 0).then(|| model.clone());
+            let model = (rank == 0).then(|| model.clone().into());
             saver.submit(ShardJob { model, optim: optim.clone().into(), scheduler: sched.to_record(), trainer })?;
         }
         saver.poll()?;                                           // a failed save comes back here

@@ -93,6 +93,13 @@ pub fn save_memory(model: u64, optim_bytes: Option<u64>) -> SaveMemory {
 /// Sums parameter bytes without reading data.
 struct SizeCounter(u64);
 
+/// Bytes of `module`'s parameters (shapes times dtype sizes; no data is read).
+pub(crate) fn module_bytes<M: Module>(module: &M) -> u64 {
+    let mut c = SizeCounter(0);
+    module.visit(&mut c);
+    c.0
+}
+
 impl SizeCounter {
     fn add(&mut self, dtype: burn::tensor::DType, shape: burn::tensor::Shape) {
         self.0 += (shape.iter().product::<usize>() * dtype.size()) as u64;
@@ -502,11 +509,7 @@ impl<M: Module + 'static> FrozenState<M> {
 
     /// Bytes of the model's parameters (shapes times dtype sizes; no data is read).
     pub fn model_bytes(&self) -> u64 {
-        *self.model_bytes.get_or_init(|| {
-            let mut c = SizeCounter(0);
-            self.model.visit(&mut c);
-            c.0
-        })
+        *self.model_bytes.get_or_init(|| module_bytes(&self.model))
     }
 
     /// Peak extra memory of saving this state, for an optimizer record of `optim_bytes` (the

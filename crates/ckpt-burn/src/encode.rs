@@ -151,6 +151,35 @@ pub(crate) fn write_record_through_file(
     Ok(written)
 }
 
+/// Writes Burn's optimizer `record` into `sink` as `optim.bpk`'s bytes, in the canonical
+/// (name-sorted) layout, without a buffer of the whole record: it goes out through a scratch
+/// file under `scratch_dir` (a `.tmp-` name, which start-up recovery removes should the process
+/// die), each tensor freed once written, and is read back a tensor at a time. Returns the
+/// bytes written. The record's data must be host memory or still readable (on a device
+/// backend, the buffers it reads must not have been overwritten yet).
+pub fn write_optimizer_record(
+    record: OptimizerRecord,
+    scratch_dir: &std::path::Path,
+    step: u64,
+    sink: &mut dyn Write,
+) -> Result<u64> {
+    write_record_through_file(record, scratch_dir, step, sink)
+        .map_err(|e| record_err(OPTIM_FILE, e))
+}
+
+/// Writes Burn's model `record` into `sink`: `model.bpk`'s bytes, what
+/// `model.into_record().save(..)` writes, through a scratch file under `scratch_dir` as
+/// [`write_optimizer_record`] does. Returns the bytes written.
+pub fn write_model_record(
+    record: ModuleRecord,
+    scratch_dir: &std::path::Path,
+    step: u64,
+    sink: &mut dyn Write,
+) -> Result<u64> {
+    write_module_record_through_file(record, scratch_dir, step, sink)
+        .map_err(|e| record_err(MODEL_FILE, e))
+}
+
 /// Burn lays an optimizer record's tensor data out in `HashMap` iteration order, so two saves
 /// of the same state differ byte for byte. Decoding and re-encoding sorts the tensors by name:
 /// the canonical layout, loaded by Burn exactly like the original.

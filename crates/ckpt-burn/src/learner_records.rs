@@ -30,6 +30,7 @@ use burn::train::metric::store::EventStoreClient;
 use burn::train::{Learner, LearnerModel, LearningCheckpointer};
 
 use crate::checkpointers::AlwaysSave;
+use crate::pinned::Pin;
 use crate::stage::{OptimizerSource, SourceRecords};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -155,6 +156,83 @@ impl<M: LearnerModel> LearnerTap<M> {
         let optim = handed(&tap.optim, "optimizer")?;
         let scheduler = handed(&tap.scheduler, "scheduler")?;
         Ok((optim, scheduler, model))
+    }
+}
+
+/// Burn's three records of a learner, as [`HeldLearner::take`] hands them over.
+pub struct LearnerRecords {
+    /// The model's record: what `model.into_record()` gives, `model.bpk`'s bytes when saved.
+    pub model: ModuleRecord,
+    /// The optimizer's record (on a ZeRO rank: its shard).
+    pub optim: OptimizerRecord,
+    /// The LR scheduler's record.
+    pub scheduler: LrSchedulerRecord,
+    /// Whether the records' data are host memory (Flex), copies that may be kept past
+    /// [`HeldLearner::take`]; else (a device backend) they are lazy reads of the learner's
+    /// buffers, to be read inside it.
+    pub host_memory: bool,
+}
+
+/// A learner frozen at a step boundary for a save whose records are taken on another thread
+/// (a ZeRO rank's checkpoint thread, say): a clone, handle clones only, so the training thread
+/// pays for no copy. Until it is given back, an optimizer update cannot write the state it
+/// holds in place and copies it instead; it is counted in [`crate::pinned_state_bytes`], so
+/// the update that follows a save can wait for it ([`crate::wait_pinned_at_most`], where
+/// [`crate::UpdateWait`] says so).
+pub struct HeldLearner<M: LearnerModel> {
+    learner: Learner<M>,
+    tap: LearnerTap<M>,
+    _pin: Pin,
+}
+
+impl<M: LearnerModel> std::fmt::Debug for HeldLearner<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLearner").finish_non_exhaustive()
+    }
+}
+
+impl<M: LearnerModel> HeldLearner<M> {
+    /// Freezes `learner` (a clone), to be read through `tap`. It counts as the model's bytes
+    /// plus `optim_bytes` (the optimizer state it holds, an estimate: it sizes
+    /// [`crate::pinned_state_bytes`] only) until given back.
+    pub fn freeze(learner: &Learner<M>, tap: &LearnerTap<M>, optim_bytes: u64) -> Self {
+        let learner = learner.clone();
+        let bytes = crate::capture::module_bytes(&learner.model()) + optim_bytes;
+        Self {
+            learner,
+            tap: tap.clone(),
+            _pin: Pin::new(bytes),
+        }
+    }
+
+    /// Takes Burn's records of the frozen learner on the calling thread, gives the learner
+    /// back as early as the records allow, and returns what `read` makes of them.
+    ///
+    /// On host memory (Flex) Burn's records are copies: the learner is given back before
+    /// `read` runs, so an update waiting for it goes on while `read` works. On a device backend
+    /// (CubeCL) a record's data are lazy reads of the learner's buffers: the learner is given
+    /// back only after `read`, which must read to host memory every record's data it keeps.
+    pub fn take<R>(
+        self,
+        read: impl FnOnce(LearnerRecords) -> Result<R, BoxError>,
+    ) -> Result<R, BoxError> {
+        let host = crate::submit::first_device(&self.learner.model())
+            .is_some_and(|d| !crate::pinned::holds_device_memory(&d));
+        let (optim, scheduler, model) = self.tap.all_records(&self.learner)?;
+        let records = LearnerRecords {
+            model,
+            optim,
+            scheduler,
+            host_memory: host,
+        };
+        if host {
+            drop(self);
+            read(records)
+        } else {
+            let out = read(records);
+            drop(self);
+            out
+        }
     }
 }
 

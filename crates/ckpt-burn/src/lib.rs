@@ -46,10 +46,10 @@ pub use ckpt_core::staging::ModelStaging;
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use encode::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, canonicalize_optimizer_bytes, encode_model,
-    encode_optimizer, encode_scheduler,
+    encode_optimizer, encode_scheduler, write_model_record, write_optimizer_record,
 };
 pub use error::{Error, Result};
-pub use learner_records::LearnerTap;
+pub use learner_records::{HeldLearner, LearnerRecords, LearnerTap};
 pub use manager::{CheckpointManager, ManagerConfig, ManagerReport, ResumedFrom, UploadRecord};
 pub use param_ids::{assign_param_ids, step_seed};
 pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};

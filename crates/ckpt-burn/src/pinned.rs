@@ -152,9 +152,10 @@ impl UpdateWait {
         }
     }
 
-    /// [`Self::applies_to`] on the learner route, where a save holds a clone of the whole
-    /// learner until Burn's records of it are taken: `Auto` waits on host memory too.
-    pub(crate) fn applies_to_learner(self, device: &burn::tensor::Device) -> bool {
+    /// [`Self::applies_to`] on the learner routes ([`crate::strategy::CkptTrainingStrategy`],
+    /// ZeRO's strategy), where a save holds a clone of the whole learner until Burn's records
+    /// of it are taken: `Auto` waits on host memory too.
+    pub fn applies_to_learner(self, device: &burn::tensor::Device) -> bool {
         self == UpdateWait::Auto || self.applies_to(device)
     }
 }

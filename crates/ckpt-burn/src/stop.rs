@@ -41,6 +41,7 @@ static DEFAULTS_RESTORED: Mutex<Vec<signal_hook::SigId>> = Mutex::new(Vec::new()
 /// The signal thread; dropping it stops handling the signals, and SIGTERM and SIGINT then end
 /// the process as they would without a handler (signal-hook alone would leave them ignored).
 #[derive(Debug)]
+#[must_use = "dropping it stops handling the signals: keep it alive for the whole run"]
 pub struct StopOnSignal {
     received: Arc<AtomicI32>,
     handle: signal_hook::iterator::Handle,

@@ -613,17 +613,13 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
 /// update copies what is still held.
 const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Before an optimizer update where `wait` says so: waits until background saves hold none
-/// of the training state (a warning when that took longer than [`UPDATE_WAIT_TIMEOUT`]).
-fn wait_for_saves(wait: bool) {
+/// Before an optimizer update, where `wait` says so ([`crate::UpdateWait::applies_to_learner`]):
+/// waits until background saves hold none of the training state, at most
+/// ten minutes (then [`crate::wait_pinned_at_most`] warns and the update copies
+/// what is still held).
+pub fn wait_for_saves(wait: bool) {
     if wait {
-        let w = crate::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT);
-        if w.timed_out {
-            tracing::warn!(
-                still_held = w.still_pinned,
-                "a save still held training state after {UPDATE_WAIT_TIMEOUT:?}: the update copies it"
-            );
-        }
+        crate::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT);
     }
 }
 

@@ -31,6 +31,13 @@ impl ModuleVisitor for FirstDevice {
     }
 }
 
+/// The device of `module`'s first parameter (`None`: a module without parameters).
+pub(crate) fn first_device<M: Module>(module: &M) -> Option<burn::tensor::Device> {
+    let mut first = FirstDevice::default();
+    module.visit(&mut first);
+    first.0
+}
+
 impl<M: Module + 'static> FrozenState<M> {
     /// The device of the model's first parameter (`None`: a model without parameters).
     pub(crate) fn device(&self) -> Option<burn::tensor::Device> {

@@ -332,7 +332,7 @@ fn run_rank(
             if b.save {
                 let cursor = loader.cursor();
                 let job = || ShardJob {
-                    model: (rank == 0).then(|| model.clone()),
+                    model: (rank == 0).then(|| model.clone().into()),
                     optim: optim.clone().into(),
                     scheduler: sched.to_record(),
                     trainer: TrainerState::new(

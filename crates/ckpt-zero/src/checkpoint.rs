@@ -24,10 +24,12 @@ use std::{
 
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
+use burn::optim::OptimizerRecord;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::store::ModuleRecord;
 use ckpt_burn::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, TRAINER_FILE, TrainerState, encode_optimizer,
-    encode_scheduler,
+    encode_scheduler, write_model_record, write_optimizer_record,
 };
 use ckpt_core::{DurableFile, Engine, Snapshot, Storage};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -89,23 +91,12 @@ impl FromStr for ShardFormat {
 pub enum OptimShard {
     /// The rank's optimizer, cloned (handles; encoded in the background).
     Live(ModuleOptimizer),
-    /// Already encoded, canonical burnpack bytes (see [`OptimShard::from_record`]).
+    /// Burn's record of it, whose data are host memory (Flex) or otherwise still readable:
+    /// written out on the checkpoint thread through a scratch file in the root
+    /// ([`ckpt_burn::write_optimizer_record`]), with no buffer of the whole record.
+    Record(OptimizerRecord),
+    /// Already encoded: canonical burnpack bytes ([`ckpt_burn::write_optimizer_record`]).
     Encoded(Vec<u8>),
-}
-
-impl OptimShard {
-    /// Encodes a record now, in the canonical layout. Use this when the record came from
-    /// somewhere that cannot hand over handles (Burn's `LearningCheckpointer`): on CubeCL a
-    /// record's bytes are read lazily, so they must be read before training goes on.
-    pub fn from_record(record: burn::optim::OptimizerRecord) -> Result<Self> {
-        let bytes = record.into_bytes().map_err(|e| Error::Shard {
-            file: PathBuf::from(OPTIM_FILE),
-            reason: e.to_string(),
-        })?;
-        Ok(OptimShard::Encoded(
-            ckpt_burn::canonicalize_optimizer_bytes(bytes.to_vec())?,
-        ))
-    }
 }
 
 impl From<ModuleOptimizer> for OptimShard {
@@ -114,10 +105,64 @@ impl From<ModuleOptimizer> for OptimShard {
     }
 }
 
+impl OptimShard {
+    /// Writes the shard into `sink` as canonical burnpack bytes (a record through a scratch
+    /// file under `root`); returns the bytes written.
+    fn write(self, root: &Path, step: u64, sink: &mut dyn Write) -> Result<u64> {
+        match self {
+            OptimShard::Live(o) => {
+                let bytes = encode_optimizer(&o)?;
+                sink.write_all(&bytes).map_err(|e| Error::Shard {
+                    file: PathBuf::from(OPTIM_FILE),
+                    reason: e.to_string(),
+                })?;
+                Ok(bytes.len() as u64)
+            }
+            OptimShard::Record(r) => Ok(write_optimizer_record(r, root, step, sink)?),
+            OptimShard::Encoded(b) => {
+                sink.write_all(&b).map_err(|e| Error::Shard {
+                    file: PathBuf::from(OPTIM_FILE),
+                    reason: e.to_string(),
+                })?;
+                Ok(b.len() as u64)
+            }
+        }
+    }
+
+    /// The shard as canonical burnpack bytes.
+    fn into_bytes(self, root: &Path, step: u64) -> Result<Vec<u8>> {
+        match self {
+            OptimShard::Encoded(b) => Ok(b),
+            other => {
+                let mut out = Vec::new();
+                other.write(root, step, &mut out)?;
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// The model as rank 0 captured it, for `model.bpk`.
+pub enum ModelPart<M> {
+    /// The model, cloned (handles; encoded in the background).
+    Live(M),
+    /// Burn's record of it (from a learner: `LearningCheckpointer` builds it anyway), whose
+    /// data are host memory or otherwise still readable; written through a scratch file.
+    Record(ModuleRecord),
+    /// Already encoded: `model.into_record().save(..)`'s bytes.
+    Encoded(Vec<u8>),
+}
+
+impl<M: Module> From<M> for ModelPart<M> {
+    fn from(m: M) -> Self {
+        ModelPart::Live(m)
+    }
+}
+
 /// What one rank captured at a step boundary: handle clones, encoded in the background.
 pub struct ShardJob<M> {
     /// The model (rank 0 only; it writes `model.bpk`).
-    pub model: Option<M>,
+    pub model: Option<ModelPart<M>>,
     /// This rank's optimizer shard.
     pub optim: OptimShard,
     /// The scheduler record.
@@ -487,16 +532,13 @@ impl Worker {
         let rank = self.group.rank();
         let world = self.group.size();
         let step = job.trainer.step;
-        let shard = match job.optim {
-            OptimShard::Live(o) => encode_optimizer(&o)?,
-            OptimShard::Encoded(b) => b,
-        };
         fail::fail_point!(FP_BEFORE_GATHER, |_| Err(Error::Rank {
             rank,
             reason: format!("failpoint {FP_BEFORE_GATHER} at step {step}"),
         }));
         let (local, bytes): (Result<u64>, u64) = match self.format {
             ShardFormat::Consolidated => {
+                let shard = job.optim.into_bytes(&self.root, step)?;
                 let sent = shard.len() as u64;
                 let gathered = self.group.gather(0, &shard)?;
                 drop(shard);
@@ -520,8 +562,13 @@ impl Worker {
             ShardFormat::PerRank => {
                 let path = staged_shard_path(&self.root, step, rank, world);
                 let _ = ckpt_core::LocalDisk.remove_file(&path);
-                let written = ckpt_core::write_durable_file(&path, |w| w.write_all(&shard));
-                drop(shard);
+                let root = self.root.clone();
+                let written = ckpt_core::write_durable_file(&path, |w| {
+                    job.optim
+                        .write(&root, step, w)
+                        .map(drop)
+                        .map_err(std::io::Error::other)
+                });
                 let report = match &written {
                     Ok(d) => ShardReport::Written {
                         size: d.size,
@@ -575,23 +622,32 @@ impl Worker {
     fn base_snapshot<M: Module + 'static>(
         &self,
         trainer: &TrainerState,
-        model: Option<M>,
+        model: Option<ModelPart<M>>,
         scheduler: LrSchedulerRecord,
     ) -> Result<Snapshot> {
         let model = model.ok_or_else(|| Error::Config("rank 0 captured no model".into()))?;
         let world = self.group.size() as u32;
-        let model_part = move |sink: &mut dyn Write| -> std::result::Result<
-            (),
-            Box<dyn std::error::Error + Send + Sync>,
-        > {
-            let bytes = model.into_record().into_bytes()?;
-            sink.write_all(&bytes)?;
-            Ok(())
-        };
-        Ok(Snapshot::new(trainer.step)
+        let snap = Snapshot::new(trainer.step)
             .with_epoch(trainer.epoch)
-            .with_layout(world, self.format.layout())
-            .with_producer(MODEL_FILE, model_part)
+            .with_layout(world, self.format.layout());
+        let (root, step) = (self.root.clone(), trainer.step);
+        let snap = match model {
+            ModelPart::Encoded(bytes) => snap.with_bytes(MODEL_FILE, bytes),
+            ModelPart::Live(model) => {
+                snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
+                    let bytes = model.into_record().into_bytes()?;
+                    sink.write_all(&bytes)?;
+                    Ok(())
+                })
+            }
+            ModelPart::Record(record) => {
+                snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
+                    write_model_record(record, &root, step, sink)?;
+                    Ok(())
+                })
+            }
+        };
+        Ok(snap
             .with_bytes(SCHEDULER_FILE, encode_scheduler(scheduler)?)
             .with_bytes(TRAINER_FILE, trainer.to_bytes()))
     }
@@ -609,7 +665,7 @@ impl Worker {
     fn publish_per_rank<M: Module + 'static>(
         &mut self,
         trainer: &TrainerState,
-        model: Option<M>,
+        model: Option<ModelPart<M>>,
         scheduler: LrSchedulerRecord,
         reports: Vec<Vec<u8>>,
     ) -> Result<u64> {

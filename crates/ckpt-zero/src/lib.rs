@@ -24,7 +24,9 @@ pub mod strategy;
 pub mod upload;
 pub mod zero;
 
-pub use checkpoint::{AfterPublish, OptimShard, ShardFormat, ShardJob, ShardOutcome, ShardedSaver};
+pub use checkpoint::{
+    AfterPublish, ModelPart, OptimShard, ShardFormat, ShardJob, ShardOutcome, ShardedSaver,
+};
 pub use error::{Error, Result};
 pub use partition::{ParamInfo, Partition, float_params};
 pub use ranks::{agree_on_boundary, join_ranks};

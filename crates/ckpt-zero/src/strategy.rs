@@ -27,14 +27,20 @@
 //!   `optimizer_step` with the gradients of the parameters it owns only (so its optimizer holds
 //!   only that shard), then the owners' parameters are all-gathered and loaded into every rank's
 //!   learner (`Learner::load_model`: a host round trip per step).
-//! - A save does not stall training: at the step boundary each rank clones its learner (handle
-//!   clones, copy-on-write) and hands the clone to its checkpoint thread, which takes Burn's
-//!   records of it there (`ckpt_burn::LearnerTap`: the learner keeps its optimizer private, and
-//!   `LearningCheckpointer::checkpoint` is the one public reader), encodes the shard and moves
-//!   it over the dedicated checkpoint group like the example trainer's ZeRO loop. Until the
-//!   records are taken, the clone keeps the step's tensors alive, so the next update copies
-//!   what it overwrites instead of writing in place; no snapshot budget applies on this route
-//!   (one save is in flight at a time, and the next waits for it).
+//! - A save does not stall training: at the step boundary each rank freezes its learner
+//!   (`ckpt_burn::HeldLearner`: handle clones, copy-on-write) and hands it to its checkpoint
+//!   thread, which takes Burn's records of it there (`ckpt_burn::LearnerTap`: the learner keeps
+//!   its optimizer private, and `LearningCheckpointer::checkpoint` is the one public reader)
+//!   and moves the shard over the dedicated checkpoint group like the example trainer's ZeRO
+//!   loop. Rank 0 writes `model.bpk` from the model record that call builds anyway, and the
+//!   records are written through scratch files in the root, with no buffer of a whole record
+//!   (on a device backend, read to host memory before the learner is given back).
+//! - The optimizer update after a save waits until the frozen learners are given back (their
+//!   records taken, beside the next forward and backward passes), so it writes in place
+//!   instead of copying the state on write: [`ckpt_burn::UpdateWait::Auto`], as on the
+//!   single-device learner route; [`ZeroTrainingStrategy::tuning`] changes it. The rank
+//!   threads share one process, so each waits for every rank's save. No snapshot budget
+//!   applies on this route: one save is in flight at a time, and the next waits for it.
 //! - A stop through Burn's interrupter is agreed by all ranks at the next step boundary
 //!   (`ckpt_zero::agree_on_boundary`), and that step is checkpointed before training ends.
 //! - Checkpoints every N optimizer steps, or as often as an overhead budget allows
@@ -63,9 +69,10 @@ use burn::train::{
     SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents,
     TrainingItem, TrainingStrategy, ValidLoader,
 };
-use ckpt_burn::strategy::{train_from_epoch, valid_epoch};
+use ckpt_burn::strategy::{train_from_epoch, valid_epoch, wait_for_saves};
 use ckpt_burn::{
-    DataCursor, LearnerTap, MODEL_FILE, SCHEDULER_FILE, TrainerState, load_trainer_state,
+    DataCursor, HeldLearner, LearnerRecords, LearnerTap, MODEL_FILE, SCHEDULER_FILE, SaveTuning,
+    TrainerState, load_trainer_state, write_model_record, write_optimizer_record,
 };
 use ckpt_core::{
     CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig, Submitted,
@@ -74,9 +81,17 @@ use ckpt_core::{
 use crate::collective::{Collective, ThreadGroup};
 use crate::shards::{filter_optimizer, read_full_optimizer};
 use crate::{
-    Error, OptimShard, Partition, Result, ShardFormat, ShardJob, ShardedSaver, Zero1,
+    Error, ModelPart, OptimShard, Partition, Result, ShardFormat, ShardJob, ShardedSaver, Zero1,
     agree_on_boundary, join_ranks,
 };
+
+/// Failpoint: a rank's checkpoint thread, right before it takes Burn's records of the learner
+/// frozen at a save (tests hold it back with `sleep(ms)`; with the `failpoints` feature).
+#[cfg(feature = "failpoints")]
+pub const FP_BEFORE_RECORDS: &str = "zero_before_records";
+#[cfg(not(feature = "failpoints"))]
+#[allow(dead_code)]
+const FP_BEFORE_RECORDS: &str = "zero_before_records";
 
 /// ZeRO-1 on `ranks` threads inside `SupervisedTraining`, with sharded step checkpoints.
 pub struct ZeroTrainingStrategy {
@@ -93,6 +108,7 @@ pub struct ZeroTrainingStrategy {
     overwrite: bool,
     seed: Option<u64>,
     deterministic: Option<u64>,
+    tuning: SaveTuning,
 }
 
 impl std::fmt::Debug for ZeroTrainingStrategy {
@@ -149,6 +165,7 @@ impl ZeroTrainingStrategy {
             overwrite: false,
             seed: None,
             deterministic: None,
+            tuning: SaveTuning::default(),
         })
     }
 
@@ -176,6 +193,24 @@ impl ZeroTrainingStrategy {
 
     fn policy(&self) -> FrequencyPolicy {
         self.policy
+    }
+
+    /// How saves trade memory against training time ([`SaveTuning`], `auto` by default). On
+    /// this route only [`SaveTuning::update_wait`] applies: whether the optimizer update after
+    /// a save waits until the frozen learners are given back (`auto`: it does, on host memory
+    /// too, as on [`ckpt_burn::strategy::CkptTrainingStrategy`]). The other settings are for
+    /// saves staged tensor by tensor, which this route does not make: they are not used, and
+    /// setting them emits a warning that says so.
+    pub fn tuning(mut self, tuning: SaveTuning) -> Self {
+        if tuning != SaveTuning::default().update_wait(tuning.wait()) {
+            tracing::warn!(
+                ?tuning,
+                "ZeroTrainingStrategy uses only SaveTuning::update_wait: the memory budget, \
+                 model staging and optimizer read settings are ignored on this route"
+            );
+        }
+        self.tuning = SaveTuning::default().update_wait(tuning.wait());
+        self
     }
 
     /// How optimizer shards are written (default: consolidated).
@@ -246,6 +281,13 @@ struct RankRun<M: LearnerModel> {
     device: Device,
     step: u64,
     rank: usize,
+    /// Whether an optimizer update waits until the saves give the frozen learners back.
+    wait_before_update: bool,
+    /// The checkpoint root (scratch files of the records go there).
+    root: PathBuf,
+    /// Bytes of this rank's optimizer shard, estimated (two f32 moments per owned parameter),
+    /// for what a frozen learner counts in `ckpt_burn::pinned_state_bytes`.
+    shard_bytes: u64,
 }
 
 fn bad_record(dir: &Path, file: &str, e: impl std::fmt::Display) -> Error {
@@ -316,6 +358,7 @@ impl<M: LearnerModel> RankRun<M> {
                 || learner.train_step(item),
             );
             let owned = self.zero.reduce_owned(&learner.model(), out.grads)?;
+            wait_for_saves(self.wait_before_update);
             learner.lr_step();
             learner.optimizer_step(owned);
             if self.zero.world() > 1 {
@@ -347,28 +390,28 @@ impl<M: LearnerModel> RankRun<M> {
             if let Some(saver) = self.saver.as_mut() {
                 if b.save {
                     let (step, rank, seed) = (self.step, self.rank, self.seed);
-                    let records = &self.records;
                     let cursor = DataCursor {
                         epoch: epoch as u64,
                         position: iteration as u64,
                         shuffle_seed: seed,
                     };
+                    let (records, root, shard_bytes) =
+                        (&self.records, self.root.clone(), self.shard_bytes);
                     self.session.save(saver, step, |saver, _| {
                         // The learner frozen at this step: handle clones (copy-on-write), so
-                        // the training thread goes on at once. Burn's records of the clone are
-                        // taken on the rank's checkpoint thread (ckpt_burn's tap).
-                        let frozen = learner.clone();
-                        let records = records.clone();
+                        // the training thread goes on at once. Burn's records of it are taken
+                        // on the rank's checkpoint thread (ckpt_burn's tap).
+                        let held = HeldLearner::freeze(learner, records, shard_bytes);
+                        let root = root.clone();
                         saver.submit_later(step, move || {
-                            let (optim, scheduler) = records.records(&frozen).map_err(|e| {
-                                Error::Config(format!("step {step}: the learner's records: {e}"))
-                            })?;
-                            Ok(ShardJob {
-                                model: (rank == 0).then(|| frozen.model()),
-                                optim: OptimShard::from_record(optim)?,
-                                scheduler,
-                                trainer: TrainerState::new(step, cursor, seed),
-                            })
+                            fail::fail_point!(FP_BEFORE_RECORDS);
+                            let trainer = TrainerState::new(step, cursor, seed);
+                            held.take(|r| shard_job(r, rank, &root, trainer))
+                                .map_err(|e| {
+                                    Error::Config(format!(
+                                        "step {step}: the learner's records: {e}"
+                                    ))
+                                })
                         })?;
                         Ok::<_, Error>(Submitted::queued(step, Duration::ZERO))
                     })?;
@@ -380,6 +423,41 @@ impl<M: LearnerModel> RankRun<M> {
             }
         }
     }
+}
+
+/// A rank's job from Burn's records of its frozen learner (rank 0 also writes the model). Host
+/// memory: the records go to the checkpoint thread's writers as they are. A device backend: they
+/// are read to host memory here, before the learner is given back.
+fn shard_job<M: LearnerModel>(
+    r: LearnerRecords,
+    rank: usize,
+    root: &Path,
+    trainer: TrainerState,
+) -> std::result::Result<ShardJob<M>, Box<dyn std::error::Error + Send + Sync>> {
+    let step = trainer.step;
+    let (model, optim) = if r.host_memory {
+        (
+            (rank == 0).then_some(ModelPart::Record(r.model)),
+            OptimShard::Record(r.optim),
+        )
+    } else {
+        let model = if rank == 0 {
+            let mut bytes = Vec::new();
+            write_model_record(r.model, root, step, &mut bytes)?;
+            Some(ModelPart::Encoded(bytes))
+        } else {
+            None
+        };
+        let mut optim = Vec::new();
+        write_optimizer_record(r.optim, root, step, &mut optim)?;
+        (model, OptimShard::Encoded(optim))
+    };
+    Ok(ShardJob {
+        model,
+        optim,
+        scheduler: r.scheduler,
+        trainer,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -428,6 +506,11 @@ fn run_rank<M: LearnerModel>(
     } else {
         None
     };
+    let shard_bytes = zero
+        .partition()
+        .owned_by(rank)
+        .map(|p| p.numel() as u64 * 8)
+        .sum();
     let mut run = RankRun {
         zero,
         saver,
@@ -438,6 +521,9 @@ fn run_rank<M: LearnerModel>(
         device: strategy.device.clone(),
         step: start_step,
         rank,
+        wait_before_update: strategy.tuning.wait().applies_to_learner(&strategy.device),
+        root: strategy.root.clone(),
+        shard_bytes,
     };
     run.session.resumed_at(start_step);
     // Burn's shuffled loaders draw a new order at every `iter()` from an RNG that starts afresh

@@ -1,5 +1,5 @@
 //! Helpers to launch multi-process MPI runs (for tests and tools): find `mpirun` and build a
-//! preconfigured command. Always compiled; it does not need the `mpi` feature or an MPI library.
+//! preconfigured command. Compiled with the `testing` feature; it needs neither the `mpi` feature nor an MPI library.
 
 use std::path::PathBuf;
 use std::process::Command;
