@@ -109,24 +109,16 @@ impl OptimShard {
     /// Writes the shard into `sink` as canonical burnpack bytes (a record through a scratch
     /// file under `root`); returns the bytes written.
     fn write(self, root: &Path, step: u64, sink: &mut dyn Write) -> Result<u64> {
-        match self {
-            OptimShard::Live(o) => {
-                let bytes = encode_optimizer(&o)?;
-                sink.write_all(&bytes).map_err(|e| Error::Shard {
-                    file: PathBuf::from(OPTIM_FILE),
-                    reason: e.to_string(),
-                })?;
-                Ok(bytes.len() as u64)
-            }
-            OptimShard::Record(r) => Ok(write_optimizer_record(r, root, step, sink)?),
-            OptimShard::Encoded(b) => {
-                sink.write_all(&b).map_err(|e| Error::Shard {
-                    file: PathBuf::from(OPTIM_FILE),
-                    reason: e.to_string(),
-                })?;
-                Ok(b.len() as u64)
-            }
-        }
+        let bytes = match self {
+            OptimShard::Record(r) => return Ok(write_optimizer_record(r, root, step, sink)?),
+            OptimShard::Live(o) => encode_optimizer(&o)?,
+            OptimShard::Encoded(b) => b,
+        };
+        sink.write_all(&bytes).map_err(|e| Error::Shard {
+            file: PathBuf::from(OPTIM_FILE),
+            reason: e.to_string(),
+        })?;
+        Ok(bytes.len() as u64)
     }
 
     /// The shard as canonical burnpack bytes.
