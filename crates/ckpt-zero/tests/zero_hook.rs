@@ -11,10 +11,10 @@ use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::store::ModuleRecord;
 use burn::tensor::Device;
 use burn::train::{SupervisedTraining, metric::LossMetric};
-use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, assign_param_ids};
+use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, SaveTuning, UpdateWait, assign_param_ids};
 use ckpt_core::{EngineConfig, FrequencyPolicy};
 use ckpt_zero::ShardFormat;
-use ckpt_zero::strategy::ZeroTrainingStrategy;
+use ckpt_zero::strategy::{FP_BEFORE_RECORDS, ZeroTrainingStrategy};
 use test_support::fs::step_dir;
 use test_support::tiny::{Tiny, learner, loaders};
 
@@ -267,4 +267,79 @@ fn two_ranks_with_a_shuffled_loader_resume_mid_epoch_exactly() {
     }
     run(&crashed, true);
     assert_same_records(&full, &crashed, 12);
+}
+
+/// `ckpt_burn::pinned_state_bytes()` at the start of each of rank 0's steps (its thread is the
+/// launching one), on 2 ranks each reading the whole loader, 2 epochs of 8 steps, a save every
+/// 2 steps whose records are taken 700 ms late.
+fn held_at_each_step(root: &Path, tuning: SaveTuning) -> Vec<u64> {
+    let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (mine, to) = (std::thread::current().id(), samples.clone());
+    test_support::tiny::on_train_step(Some(Box::new(move || {
+        if std::thread::current().id() == mine {
+            to.lock().unwrap().push(ckpt_burn::pinned_state_bytes());
+        }
+    })));
+    fail::cfg(FP_BEFORE_RECORDS, "sleep(700)").unwrap();
+    let device = Device::flex().autodiff();
+    let (train, valid) = loaders(8, None);
+    let zero = ZeroTrainingStrategy::new(
+        device.clone(),
+        2,
+        EngineConfig::new(root),
+        FrequencyPolicy::EverySteps(2),
+    )
+    .unwrap()
+    .replicate_data(true)
+    .tuning(tuning)
+    .seed(3);
+    let result = SupervisedTraining::new(root.join("burn"), train, valid)
+        .with_application_logger(None)
+        .with_training_strategy(zero.into_training_strategy())
+        .num_epochs(2)
+        .launch(learner(tiny(&device)));
+    fail::remove(FP_BEFORE_RECORDS);
+    test_support::tiny::on_train_step(None);
+    assert!(result.error.is_none(), "{:?}", result.error);
+    samples.lock().unwrap().clone()
+}
+
+/// By default the optimizer update after a save waits until every rank's checkpoint thread
+/// has taken Burn's records of its frozen learner and given it back: the step after that
+/// update starts with nothing held. With `UpdateWait::Never` it does not wait, and the same
+/// step starts with the learners still held (updates copy them on write).
+#[test]
+fn by_default_the_update_after_a_save_waits_for_the_frozen_learners() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // Saves after steps 2, 4, .., 16: step s + 1 (sample s, 0-based) starts while save s holds
+    // the learners; the update of step s + 1 is the first after save s, so step s + 2 (sample
+    // s + 1) starts after it.
+    let waited = held_at_each_step(&tmp.path().join("auto"), SaveTuning::default());
+    assert_eq!(waited.len(), 16, "{waited:?}");
+    for s in (2..16).step_by(2) {
+        assert!(
+            waited[s] > 0,
+            "step {} started with nothing held: {waited:?}",
+            s + 1
+        );
+        assert_eq!(
+            waited[s + 1],
+            0,
+            "step {} started with state held: {waited:?}",
+            s + 2
+        );
+    }
+    assert_eq!(
+        published_steps(&tmp.path().join("auto")),
+        (2..=16).step_by(2).collect::<Vec<u64>>()
+    );
+    let copied = held_at_each_step(
+        &tmp.path().join("never"),
+        SaveTuning::default().update_wait(UpdateWait::Never),
+    );
+    assert!(
+        (2..16).step_by(2).any(|s| copied[s + 1] > 0),
+        "without the wait, no step started with state held: {copied:?}"
+    );
 }
