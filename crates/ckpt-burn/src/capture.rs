@@ -32,8 +32,9 @@
 //! time and each staged copy is freed once written. The optimizer record is Burn's only public
 //! view of optimizer state, which it materializes whole. Where the state is host memory and
 //! the snapshot knows the root's filesystem ([`FrozenState::with_scratch_dir`], which
-//! [`FrozenState::submit`] sets), the writer streams it out through a scratch file in the root
-//! (`OptimizerRecord::save`, tensor by tensor, each freed once written), then into the part in
+//! [`FrozenState::submit`] sets), the writer streams it out through a scratch file
+//! ([`crate::scratch`]: in RAM where `/dev/shm` has room, else in the root;
+//! `OptimizerRecord::save`, tensor by tensor, each freed once written), then into the part in
 //! the canonical name-sorted layout, a tensor at a time: a save then holds at most one copy of
 //! the state, the model's staged tensors not yet written plus the record. Otherwise (a device
 //! backend, whose record is lazy device reads that must be realized before the optimizer's
@@ -138,7 +139,8 @@ pub struct FrozenState<M> {
     optimizer_read: crate::OptimizerRead,
     /// Whether a background snapshot of host-memory state stages the model or holds it.
     model_staging: ModelStaging,
-    /// Where the writer may put a scratch file (the checkpoint root's filesystem).
+    /// The checkpoint root, where the writer puts a scratch file when RAM has no room for it
+    /// ([`crate::scratch`]).
     scratch_dir: Option<PathBuf>,
     /// Whether the optimizer source gives the model's record too (a learner's), which a
     /// background save of host memory then writes the model part from.
@@ -255,13 +257,15 @@ impl<M: Module + 'static> FrozenState<M> {
     }
 
     /// Lets a background snapshot of host-memory state write Burn's optimizer record through
-    /// a scratch file in `dir` (a directory on the checkpoint root's filesystem; the engine's
-    /// root, where start-up recovery removes a `.tmp-*` file a crash left): Burn's public
+    /// a scratch file: in RAM (`/dev/shm`) where that has room, else in `dir` (the engine's
+    /// root, where start-up recovery removes a `.tmp-*` file a crash left); see
+    /// `docs/design.md`, "Scratch files". Burn's public
     /// `OptimizerRecord::save` streams the record out tensor by tensor, each freed as written,
     /// where `into_bytes` would hold it twice more for a moment (one buffer of the whole
     /// record, and in cubecl-environment 0.11.3 a realigned copy of it). The writer then
     /// streams the file into the part in the canonical layout and removes it. Costs one more
-    /// write and read of the record through the page cache (and Burn syncs that file).
+    /// write and read of the record through memory (and, in the root, Burn's sync of that file
+    /// to disk).
     pub fn with_scratch_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.scratch_dir = Some(dir.into());
         self
@@ -457,7 +461,9 @@ impl<M: Module + 'static> FrozenState<M> {
             starter.start();
             let written = match (record_rx, &model_dir) {
                 (Some(rx), Some(dir)) => match rx.recv() {
-                    Ok(record) => write_module_record_through_file(record, dir, step, sink),
+                    Ok(record) => {
+                        write_module_record_through_file(record, model_bytes, dir, step, sink)
+                    }
                     Err(_) => Err("the staging helper stopped before handing over the \
                                    model's record (the optimizer part's error says why)"
                         .into()),
@@ -471,7 +477,9 @@ impl<M: Module + 'static> FrozenState<M> {
             match staging.bytes()? {
                 OptimOut::Encoded(bytes) => write_canonical_optimizer(bytes, sink).map(drop),
                 OptimOut::Record(record) => match &scratch_dir {
-                    Some(dir) => write_record_through_file(record, dir, step, sink).map(drop),
+                    Some(dir) => {
+                        write_record_through_file(record, optim_bytes, dir, step, sink).map(drop)
+                    }
                     None => write_canonical_optimizer(record.into_bytes()?, sink).map(drop),
                 },
             }

@@ -1,6 +1,6 @@
 //! The parts of a checkpoint and their encodings: the model's record streamed tensor by
 //! tensor, the optimizer's record in a canonical (name-sorted) layout, through a scratch file
-//! in the root on host memory, and the scheduler's record.
+//! ([`crate::scratch`]) on host memory, and the scheduler's record.
 
 use std::{io::Write, path::PathBuf};
 
@@ -11,6 +11,7 @@ use burn::store::ModuleRecord;
 
 use crate::held::{collect_model, write_entries};
 use crate::pack::write_pack;
+use crate::scratch::{ScratchPath, ram_write_failed, scratch_path};
 use crate::stage::{SchedulerSlot, encode_record};
 use crate::{Error, Result};
 
@@ -90,28 +91,38 @@ impl Drop for ScratchFile {
     }
 }
 
-/// A scratch-file name unique in this process, under the `.tmp-` prefix start-up recovery
-/// removes.
-pub(crate) fn scratch_name(part: &str, step: u64) -> String {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!(".tmp-{part}-{step:08}-{}-{n}.bpk", std::process::id())
+/// Burn's `save` of a record of about `bytes` into a scratch file for a checkpoint under
+/// `root` ([`crate::scratch`]: RAM where it has room), removed when the guard is dropped.
+fn save_to_scratch(
+    root: &std::path::Path,
+    part: &str,
+    step: u64,
+    bytes: u64,
+    save: impl FnOnce(&std::path::Path) -> std::result::Result<(), burn::store::RecordError>,
+) -> std::result::Result<ScratchFile, BoxError> {
+    let ScratchPath { path, in_ram } = scratch_path(root, part, step, bytes);
+    let scratch = ScratchFile(path);
+    save(&scratch.0).map_err(|e| {
+        if in_ram {
+            ram_write_failed(&scratch.0, &e);
+        }
+        format!("writing the scratch file {}: {e}", scratch.0.display())
+    })?;
+    Ok(scratch)
 }
 
-/// Streams a model's record (Burn's, from a learner) into `sink` through a scratch file in
-/// `dir`: `ModuleRecord::save` writes it out tensor by tensor (each freed once written), and
-/// the file, the model part's bytes by definition (`model.into_record().save(..)`), is copied
-/// into `sink` and removed.
+/// Streams a model's record (Burn's, from a learner) of about `bytes` into `sink` through a
+/// scratch file ([`crate::scratch`]): `ModuleRecord::save` writes it out tensor by tensor
+/// (each freed once written), and the file, the model part's bytes by definition
+/// (`model.into_record().save(..)`), is copied into `sink` and removed.
 pub(crate) fn write_module_record_through_file(
     record: ModuleRecord,
-    dir: &std::path::Path,
+    bytes: u64,
+    root: &std::path::Path,
     step: u64,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    let scratch = ScratchFile(dir.join(scratch_name("model", step)));
-    record
-        .save(&scratch.0)
-        .map_err(|e| format!("writing the scratch file {}: {e}", scratch.0.display()))?;
+    let scratch = save_to_scratch(root, "model", step, bytes, |p| record.save(p))?;
     let mut file = std::fs::File::open(&scratch.0)?;
     let mut buf = vec![0u8; 4 << 20];
     let mut written = 0u64;
@@ -127,20 +138,19 @@ pub(crate) fn write_module_record_through_file(
     Ok(written)
 }
 
-/// Streams Burn's `record` into `sink` in the canonical layout through a scratch file in
-/// `dir`: `OptimizerRecord::save` writes the record out tensor by tensor (each freed once
-/// written), then the file is read back in name order, a tensor at a time, and removed. Only
-/// the bytes streamed into `sink` are part of the checkpoint; the scratch file never is.
+/// Streams Burn's `record` (about `bytes`) into `sink` in the canonical layout through a
+/// scratch file ([`crate::scratch`]): `OptimizerRecord::save` writes the record out tensor by
+/// tensor (each freed once written), then the file is read back in name order, a tensor at a
+/// time, and removed. Only the bytes streamed into `sink` are part of the checkpoint; the
+/// scratch file never is.
 pub(crate) fn write_record_through_file(
     record: OptimizerRecord,
-    dir: &std::path::Path,
+    bytes: u64,
+    root: &std::path::Path,
     step: u64,
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, BoxError> {
-    let scratch = ScratchFile(dir.join(scratch_name("optim", step)));
-    record
-        .save(&scratch.0)
-        .map_err(|e| format!("writing the scratch file {}: {e}", scratch.0.display()))?;
+    let scratch = save_to_scratch(root, "optim", step, bytes, |p| record.save(p))?;
     let reader = burn_pack::Reader::from_file_exact(&scratch.0)?;
     let metadata = reader.metadata().clone();
     let scalars = reader.scalars().clone();
@@ -151,32 +161,36 @@ pub(crate) fn write_record_through_file(
     Ok(written)
 }
 
-/// Writes Burn's optimizer `record` into `sink` as `optim.bpk`'s bytes, in the canonical
-/// (name-sorted) layout, without a buffer of the whole record: it goes out through a scratch
-/// file under `scratch_dir` (a `.tmp-` name, which start-up recovery removes should the process
-/// die), each tensor freed once written, and is read back a tensor at a time. Returns the
+/// Writes Burn's optimizer `record` (about `bytes`, which decides where its scratch file
+/// goes) of a checkpoint of `step` under `root` into `sink` as `optim.bpk`'s bytes, in the
+/// canonical (name-sorted) layout, without a buffer of the whole record. It goes out through a
+/// scratch file, each tensor freed once written, and is read back a tensor at a time: in RAM
+/// (`/dev/shm`) where that has room, else in `root` under a `.tmp-` name that start-up
+/// recovery removes should the process die (see `docs/design.md`, "Scratch files"). Returns the
 /// bytes written. The record's data must be host memory or still readable (on a device
 /// backend, the buffers it reads must not have been overwritten yet).
 pub fn write_optimizer_record(
     record: OptimizerRecord,
-    scratch_dir: &std::path::Path,
+    bytes: u64,
+    root: &std::path::Path,
     step: u64,
     sink: &mut dyn Write,
 ) -> Result<u64> {
-    write_record_through_file(record, scratch_dir, step, sink)
+    write_record_through_file(record, bytes, root, step, sink)
         .map_err(|e| record_err(OPTIM_FILE, e))
 }
 
-/// Writes Burn's model `record` into `sink`: `model.bpk`'s bytes, what
-/// `model.into_record().save(..)` writes, through a scratch file under `scratch_dir` as
+/// Writes Burn's model `record` (about `bytes`) into `sink`: `model.bpk`'s bytes, what
+/// `model.into_record().save(..)` writes, through a scratch file as
 /// [`write_optimizer_record`] does. Returns the bytes written.
 pub fn write_model_record(
     record: ModuleRecord,
-    scratch_dir: &std::path::Path,
+    bytes: u64,
+    root: &std::path::Path,
     step: u64,
     sink: &mut dyn Write,
 ) -> Result<u64> {
-    write_module_record_through_file(record, scratch_dir, step, sink)
+    write_module_record_through_file(record, bytes, root, step, sink)
         .map_err(|e| record_err(MODEL_FILE, e))
 }
 

@@ -167,6 +167,11 @@ pub struct LearnerRecords {
     pub optim: OptimizerRecord,
     /// The LR scheduler's record.
     pub scheduler: LrSchedulerRecord,
+    /// The model's bytes (its parameters' data), as counted when the learner was frozen.
+    pub model_bytes: u64,
+    /// The optimizer state's bytes the learner was frozen with ([`HeldLearner::freeze`]'s
+    /// estimate).
+    pub optim_bytes: u64,
     /// Whether the records' data are host memory (Flex), copies that may be kept past
     /// [`HeldLearner::take`]; else (a device backend) they are lazy reads of the learner's
     /// buffers, to be read inside it.
@@ -182,6 +187,8 @@ pub struct LearnerRecords {
 pub struct HeldLearner<M: LearnerModel> {
     learner: Learner<M>,
     tap: LearnerTap<M>,
+    model_bytes: u64,
+    optim_bytes: u64,
     _pin: Pin,
 }
 
@@ -197,11 +204,13 @@ impl<M: LearnerModel> HeldLearner<M> {
     /// [`crate::pinned_state_bytes`] only) until given back.
     pub fn freeze(learner: &Learner<M>, tap: &LearnerTap<M>, optim_bytes: u64) -> Self {
         let learner = learner.clone();
-        let bytes = crate::capture::module_bytes(&learner.model()) + optim_bytes;
+        let model_bytes = crate::capture::module_bytes(&learner.model());
         Self {
             learner,
             tap: tap.clone(),
-            _pin: Pin::new(bytes),
+            model_bytes,
+            optim_bytes,
+            _pin: Pin::new(model_bytes + optim_bytes),
         }
     }
 
@@ -223,6 +232,8 @@ impl<M: LearnerModel> HeldLearner<M> {
             model,
             optim,
             scheduler,
+            model_bytes: self.model_bytes,
+            optim_bytes: self.optim_bytes,
             host_memory: host,
         };
         if host {

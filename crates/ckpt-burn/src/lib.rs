@@ -32,6 +32,7 @@ mod pack;
 mod param_ids;
 mod pinned;
 mod restore;
+mod scratch;
 mod stage;
 mod state;
 pub mod stop;

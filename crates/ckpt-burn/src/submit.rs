@@ -72,7 +72,7 @@ impl<M: Module + 'static> FrozenState<M> {
         let host = self.on_host();
         let mut need = self.memory(optim_bytes);
         if host {
-            // Written through a scratch file in the root: no second copy of the record.
+            // Written through a scratch file: no second copy of the record.
             need.transient = 0;
         }
         let route = gate.route(need, step);

@@ -104,7 +104,8 @@ fn a_custom_loop_checkpoints_on_policy_and_resumes_exactly() {
         );
     }
 
-    // The optimizer's record went through a scratch file in the root (Flex): none is left.
+    // The optimizer's record went through a scratch file (in RAM, or in the root): none is
+    // left in the root.
     let left: Vec<String> = std::fs::read_dir(&full)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -123,6 +124,38 @@ fn a_custom_loop_checkpoints_on_policy_and_resumes_exactly() {
     assert_eq!(verified_steps(&kept), vec![4, 5, 6]);
 }
 
+/// A scratch file in `/dev/shm` named as one of this pid namespace's processes that cannot
+/// exist (a pid above `pid_max`) would leave it after a crash; `None` where `/dev/shm` takes
+/// no scratch files (not a tmpfs, or without 512 MiB free).
+fn dead_process_scratch_in_ram() -> Option<std::path::PathBuf> {
+    let ram = Path::new("/dev/shm");
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable statfs the call fills.
+    if unsafe { libc::statfs(c"/dev/shm".as_ptr(), &mut st) } != 0
+        || st.f_type as i64 != 0x0102_1994
+        || (st.f_bavail as u64).saturating_mul(st.f_bsize as u64) < 512 << 20
+    {
+        return None;
+    }
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let ns: String = ns
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let path = ram.join(format!(
+        "burn-ckpt-{ns}-{}-optim-00000002-0.bpk",
+        pid_max + 1
+    ));
+    std::fs::write(&path, b"half a record").ok()?;
+    Some(path)
+}
+
 #[test]
 fn a_used_root_is_refused_unless_resumed_or_overwritten() {
     let tmp = tempfile::tempdir().unwrap();
@@ -130,12 +163,20 @@ fn a_used_root_is_refused_unless_resumed_or_overwritten() {
     let init = Tiny::seeded(&device, 4);
     let root = tmp.path().join("ckpt");
     let cfg = || ManagerConfig::new(&root).every_steps(2).end_step(4);
-    // A scratch file a crash left behind is removed when the root is opened.
+    // A scratch file a crash left behind is removed when the root is opened; one a dead
+    // process left in RAM (`/dev/shm`, where it is a tmpfs), at the next save through RAM.
     std::fs::create_dir_all(&root).unwrap();
     let stale = root.join(".tmp-optim-00000002-1-0.bpk");
     std::fs::write(&stale, b"half a record").unwrap();
+    let stale_in_ram = dead_process_scratch_in_ram();
     run(&init, cfg(), 4).unwrap();
     assert!(!stale.exists(), "a stale scratch file survived the open");
+    if let Some(path) = stale_in_ram {
+        assert!(
+            !path.exists(),
+            "a dead process's scratch file in RAM survived a save"
+        );
+    }
     let before = verified_steps(&root);
     assert_eq!(before, vec![2, 4]);
 

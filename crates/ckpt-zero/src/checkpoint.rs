@@ -92,9 +92,14 @@ pub enum OptimShard {
     /// The rank's optimizer, cloned (handles; encoded in the background).
     Live(ModuleOptimizer),
     /// Burn's record of it, whose data are host memory (Flex) or otherwise still readable:
-    /// written out on the checkpoint thread through a scratch file in the root
+    /// written out on the checkpoint thread through a scratch file
     /// ([`ckpt_burn::write_optimizer_record`]), with no buffer of the whole record.
-    Record(OptimizerRecord),
+    Record {
+        /// The record.
+        record: OptimizerRecord,
+        /// About how many bytes it holds (where its scratch file goes depends on it).
+        bytes: u64,
+    },
     /// Already encoded: canonical burnpack bytes ([`ckpt_burn::write_optimizer_record`]).
     Encoded(Vec<u8>),
 }
@@ -107,10 +112,12 @@ impl From<ModuleOptimizer> for OptimShard {
 
 impl OptimShard {
     /// Writes the shard into `sink` as canonical burnpack bytes (a record through a scratch
-    /// file under `root`); returns the bytes written.
+    /// file, for a checkpoint under `root`); returns the bytes written.
     fn write(self, root: &Path, step: u64, sink: &mut dyn Write) -> Result<u64> {
         let bytes = match self {
-            OptimShard::Record(r) => return Ok(write_optimizer_record(r, root, step, sink)?),
+            OptimShard::Record { record, bytes } => {
+                return Ok(write_optimizer_record(record, bytes, root, step, sink)?);
+            }
             OptimShard::Live(o) => encode_optimizer(&o)?,
             OptimShard::Encoded(b) => b,
         };
@@ -139,8 +146,14 @@ pub enum ModelPart<M> {
     /// The model, cloned (handles; encoded in the background).
     Live(M),
     /// Burn's record of it (from a learner: `LearningCheckpointer` builds it anyway), whose
-    /// data are host memory or otherwise still readable; written through a scratch file.
-    Record(ModuleRecord),
+    /// data are host memory or otherwise still readable; written through a scratch file
+    /// ([`ckpt_burn::write_model_record`]).
+    Record {
+        /// The record.
+        record: ModuleRecord,
+        /// About how many bytes it holds (where its scratch file goes depends on it).
+        bytes: u64,
+    },
     /// Already encoded: `model.into_record().save(..)`'s bytes.
     Encoded(Vec<u8>),
 }
@@ -632,9 +645,9 @@ impl Worker {
                     Ok(())
                 })
             }
-            ModelPart::Record(record) => {
+            ModelPart::Record { record, bytes } => {
                 snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
-                    write_model_record(record, &root, step, sink)?;
+                    write_model_record(record, bytes, &root, step, sink)?;
                     Ok(())
                 })
             }

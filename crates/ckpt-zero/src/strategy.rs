@@ -437,19 +437,25 @@ fn shard_job<M: LearnerModel>(
     let step = trainer.step;
     let (model, optim) = if r.host_memory {
         (
-            (rank == 0).then_some(ModelPart::Record(r.model)),
-            OptimShard::Record(r.optim),
+            (rank == 0).then_some(ModelPart::Record {
+                record: r.model,
+                bytes: r.model_bytes,
+            }),
+            OptimShard::Record {
+                record: r.optim,
+                bytes: r.optim_bytes,
+            },
         )
     } else {
         let model = if rank == 0 {
             let mut bytes = Vec::new();
-            write_model_record(r.model, root, step, &mut bytes)?;
+            write_model_record(r.model, r.model_bytes, root, step, &mut bytes)?;
             Some(ModelPart::Encoded(bytes))
         } else {
             None
         };
         let mut optim = Vec::new();
-        write_optimizer_record(r.optim, root, step, &mut optim)?;
+        write_optimizer_record(r.optim, r.optim_bytes, root, step, &mut optim)?;
         (model, OptimShard::Encoded(optim))
     };
     Ok(ShardJob {
