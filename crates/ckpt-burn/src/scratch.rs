@@ -34,8 +34,12 @@ const RAM_PREFIX: &str = "burn-ckpt-";
 /// Set once a write in the RAM directory failed: the process's later saves use the root.
 static RAM_FAILED: AtomicBool = AtomicBool::new(false);
 
-/// Whether the process has said where its scratch files go (once).
-static SAID: AtomicBool = AtomicBool::new(false);
+/// Whether the process has said that its scratch files go to RAM (once).
+static SAID_RAM: AtomicBool = AtomicBool::new(false);
+
+/// Whether the process has said why a scratch file went to the root (once, whatever went to
+/// RAM before: a `/dev/shm` that fills up later is said too).
+static SAID_ROOT: AtomicBool = AtomicBool::new(false);
 
 /// A scratch file's path: in RAM (a tmpfs with room for the record) or else in the root.
 pub(crate) struct ScratchPath {
@@ -54,7 +58,7 @@ pub(crate) fn scratch_path(root: &Path, part: &str, step: u64, bytes: u64) -> Sc
             sweep(ram, pid_namespace(), |pid| {
                 Path::new("/proc").join(pid.to_string()).exists()
             });
-            say_once(|| {
+            say_once(&SAID_RAM, || {
                 tracing::debug!(dir = RAM_DIR, "scratch files of Burn's records go to RAM")
             });
             ScratchPath {
@@ -63,7 +67,7 @@ pub(crate) fn scratch_path(root: &Path, part: &str, step: u64, bytes: u64) -> Sc
             }
         }
         outcome => {
-            say_once(|| match &outcome {
+            say_once(&SAID_ROOT, || match &outcome {
                 Err(Unusable::TooFull { free }) => tracing::warn!(
                     dir = RAM_DIR,
                     free_mib = free >> 20,
@@ -99,8 +103,9 @@ pub(crate) fn ram_write_failed(path: &Path, error: &dyn std::fmt::Display) {
     }
 }
 
-fn say_once(say: impl FnOnce()) {
-    if !SAID.swap(true, Ordering::Relaxed) {
+/// Runs `say` the first time `said` is set.
+fn say_once(said: &AtomicBool, say: impl FnOnce()) {
+    if !said.swap(true, Ordering::Relaxed) {
         say();
     }
 }
