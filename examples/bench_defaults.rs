@@ -364,12 +364,7 @@ struct SizeResult {
     budgets: Vec<(f64, Run)>,
     /// At 1gb: no checkpoints, ours and Burn's again with `--huge-pages off`.
     small_pages: Option<[Run; 3]>,
-    /// At 100mb and 1gb: ours with `--model-staging stage` and `--model-staging hold`.
-    staging: Option<[Run; 2]>,
 }
-
-/// The sizes at which ours also runs with each model staging fixed.
-const STAGING_SIZES: [&str; 2] = ["100mb", "1gb"];
 
 impl SizeResult {
     fn base_wall(&self) -> f64 {
@@ -479,10 +474,6 @@ fn main() -> Result<()> {
     }
     let with_budgets = shapes.iter().any(|s| s.label == "1gb");
     let total = shapes.len() as u64 * 4
-        + 2 * shapes
-            .iter()
-            .filter(|s| STAGING_SIZES.contains(&s.label))
-            .count() as u64
         + (cubecl_shapes.len() * CUBECL_RUNS.len()) as u64
         + learner_shapes.len() as u64 * learner::runs_per_size(args.learner_passes)
         + if with_budgets {
@@ -560,19 +551,6 @@ fn main() -> Result<()> {
         } else {
             None
         };
-        let staging = if STAGING_SIZES.contains(&shape.label) {
-            let with = |way: &str| {
-                let mut f = every.clone();
-                f.extend(["--model-staging".to_string(), way.to_string()]);
-                f
-            };
-            Some([
-                go("ours-stage", &with("stage"))?,
-                go("ours-hold", &with("hold"))?,
-            ])
-        } else {
-            None
-        };
         let floor_s = disk_floor(&dir, state)?;
         results.push(SizeResult {
             label: shape.label,
@@ -587,7 +565,6 @@ fn main() -> Result<()> {
             burn,
             budgets: budget_runs,
             small_pages,
-            staging,
         });
     }
     // A trainer without wgpu or a machine without Vulkan: said in the report, not fatal.
@@ -667,7 +644,6 @@ fn to_json(results: &[SizeResult]) -> Value {
                     "runs": [run(&s.base[0]), run(&s.ours), run(&s.burn), run(&s.base[1])],
                     "budgets": s.budgets.iter().map(|(f, r)| json!({"fraction": f, "run": run(r)})).collect::<Vec<_>>(),
                     "small_pages": s.small_pages.as_ref().map(|runs| runs.iter().map(run).collect::<Vec<_>>()),
-                    "staging": s.staging.as_ref().map(|runs| runs.iter().map(run).collect::<Vec<_>>()),
                 })
             })
             .collect(),
@@ -901,7 +877,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
         );
     }
     w(&mut o, "".into());
-    w(&mut o, "*Pinned at the next update*: the state a save's snapshot still held handle clones of just before the optimizer update that followed it (`pinned_at_next_update` in the trainer's report, from `ckpt_burn::pinned_state_bytes`): what its staging helper had not yet copied out (the model tensor by tensor, the optimizer record only once whole), and that update had to copy instead of writing in place. On a GPU backend those copies are device memory.\n".into());
+    w(&mut o, "*Pinned at the next update*: the state a save's snapshot still held handle clones of just before the optimizer update that followed it (`pinned_at_next_update` in the trainer's report, from `ckpt_burn::pinned_state_bytes`): what the save had not yet written or copied out (on Flex the model's tensors, held for the writer, and the optimizer's handles until Burn's record of them is taken; on a GPU the model tensor by tensor as the staging helper copies it out), and that update had to copy instead of writing in place. On a GPU backend those copies are device memory.\n".into());
     w(
         &mut o,
         "| state | pinned at the next update, per save | of the state |\n|---|---|---|".into(),
@@ -924,9 +900,8 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
         );
     }
     w(&mut o, "".into());
-    staging_section(&mut o, results);
 
-    w(&mut o, "Known causes (profiles and timings in [`HISTORY.md`](HISTORY.md)): on this 2-core machine training uses both cores, so the background save's CPU is taken from training almost one for one. A save's CPU is copies into fresh memory: Burn 0.22.1's `ModuleOptimizer::to_record` copies every moment out (the one copy its public API forces), and the staging thread copies the model's tensors out. Since session 18 the optimizer record is no longer encoded with `into_bytes` on Flex: the writer streams it out through a scratch file in the root (`OptimizerRecord::save`, each tensor freed once written), then into `optim.bpk` in the canonical layout. `into_bytes` filled one buffer of the whole record and then, through an upstream regression (cubecl-environment 0.11.3's `Bytes::from_bytes_vec` re-allocates every `Vec<u8>` to 16-byte alignment, checking the layout's alignment instead of the pointer's), copied it once more: for a moment the record was in memory twice, and that moment was a save's peak (1.15-1.20x the state at 1gb, 1.04-1.08x at 4gb in the session-17 runs; 0.96x and 0.79x in this one). The scratch file costs one more write and read of the record through the page cache (burn-pack syncs it). Device backends still use `into_bytes` (the record's lazy device reads must be realized before the optimizer's handles go). Burn allocates the record, so the library cannot hand it reused memory, and on this VM most of such a copy is the fresh memory's page faults. Burn's own checkpointer makes the same `to_record` copy on the training thread (its stall) and afterwards only writes; our last save runs `to_record` and the optimizer's write one after the other after the last step, so our final wait can be longer than Burn's. While training goes on our saves cost less than Burn's, but their copies' CPU is still taken from training, mostly in the step after each save. Writing costs little CPU: full chunks go to the disk with direct I/O from reused buffers.\n".into());
+    w(&mut o, "Known causes (profiles and timings in [`HISTORY.md`](HISTORY.md)): on this 2-core machine training uses both cores, so the background save's CPU is taken from training almost one for one. A save's CPU is copies into fresh memory: Burn 0.22.1's `ModuleOptimizer::to_record` copies every moment out (the one copy its public API forces); the model's tensors are held for the writer, so an update before they are written allocates fresh buffers for them instead of writing in place (until session 25 a helper copied them out, or not, as a per-save measurement chose: see HISTORY.md). Since session 18 the optimizer record is no longer encoded with `into_bytes` on Flex: the writer streams it out through a scratch file (in `/dev/shm` where it has room, else the root; `OptimizerRecord::save`, each tensor freed once written), then into `optim.bpk` in the canonical layout. `into_bytes` filled one buffer of the whole record and then, through an upstream regression (cubecl-environment 0.11.3's `Bytes::from_bytes_vec` re-allocates every `Vec<u8>` to 16-byte alignment, checking the layout's alignment instead of the pointer's), copied it once more: for a moment the record was in memory twice, and that moment was a save's peak (1.15-1.20x the state at 1gb, 1.04-1.08x at 4gb in the session-17 runs; 0.96x and 0.79x in this one). The scratch file costs one more write and read of the record through the page cache (burn-pack syncs it). Device backends still use `into_bytes` (the record's lazy device reads must be realized before the optimizer's handles go). Burn allocates the record, so the library cannot hand it reused memory, and on this VM most of such a copy is the fresh memory's page faults. Burn's own checkpointer makes the same `to_record` copy on the training thread (its stall) and afterwards only writes; our last save runs `to_record` and the optimizer's write one after the other after the last step, so our final wait can be longer than Burn's. While training goes on our saves cost less than Burn's, but their copies' CPU is still taken from training, mostly in the step after each save. Writing costs little CPU: full chunks go to the disk with direct I/O from reused buffers.\n".into());
     if let Some(s) = results.iter().find(|s| s.small_pages.is_some())
         && let Some([none, ours, burn]) = &s.small_pages
     {
@@ -1166,63 +1141,4 @@ fn cubecl_samples(r: &Run, state: f64) -> (String, f64, f64, usize) {
         ));
     }
     (o, held_max, extra_max, samples.len())
-}
-
-/// Each save's model staging under `--model-staging auto` (the default) with its measured cost,
-/// and, where run, ours with each staging fixed.
-fn staging_section(o: &mut String, results: &[SizeResult]) {
-    line(o, "## Staged or held (Flex)\n".into());
-    line(o, "On Flex a background save either copies the model's tensors out at once on its staging helper (*stage*) or keeps their handles for the writer (*hold*: an update before the write copies on write, and the writer then owns the old buffer, no copy). With `--model-staging auto` (the default) the session picks per save: the first stages as a warm-up whose cost is not counted (marked *warm-up*; binaries before that change counted it), the next stages and the one after holds, later ones take the way whose newest saves cost training less, and every 8th retries the other. *Cost*: what the session measured for that save (its stall plus the excess over its baseline of the following steps until shortly after it was durable; the last save, with no following steps, shows 0 and its persist is the final wait). *Fixed*: lost per save (wall time over the mean of the baselines) of ours with the default, and with each way forced, in the same run.\n".into());
-    line(
-        o,
-        "| state | per save under `auto`: way (cost ms) | staged / held | lost/save auto ms | fixed stage ms | fixed hold ms |\n|---|---|---|---|---|---|".into(),
-    );
-    for s in results {
-        let picks = s.ours.report["model_staging"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let cells: Vec<String> = picks
-            .iter()
-            .map(|p| {
-                format!(
-                    "{} ({}{})",
-                    p["staging"].as_str().unwrap_or("?"),
-                    p["cost_ms"].as_f64().map_or("-".into(), num),
-                    if p["counted"] == false {
-                        ", warm-up"
-                    } else {
-                        ""
-                    }
-                )
-            })
-            .collect();
-        let count = |way: &str| picks.iter().filter(|p| p["staging"] == way).count();
-        let base = s.base_wall();
-        let fixed = |i: usize| {
-            s.staging
-                .as_ref()
-                .map_or("not run".into(), |r| num(r[i].lost_per_save(base) * 1e3))
-        };
-        line(
-            o,
-            format!(
-                "| {} | {} | {} / {} | {} | {} | {} |",
-                s.label,
-                cells.join(", "),
-                count("stage"),
-                count("hold"),
-                num(s.ours.lost_per_save(base) * 1e3),
-                fixed(0),
-                fixed(1),
-            ),
-        );
-    }
-    line(o, "".into());
-}
-
-/// Appends `s` and a newline to `o`.
-fn line(o: &mut String, s: String) {
-    o.push_str(&s);
-    o.push('\n');
 }

@@ -114,19 +114,6 @@ enum OptimizerReadArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum ModelStagingArg {
-    /// Whichever loses less training time, measured per save (the first save stages as an
-    /// uncounted warm-up, the second stages and the third holds, later ones take the cheaper
-    /// and retry the other now and then).
-    Auto,
-    /// A helper copies the model's tensors out at once; the next update writes in place.
-    Stage,
-    /// The writer reads the held tensors as it writes them; an update before that copies on
-    /// write.
-    Hold,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
 enum UpdateWaitArg {
     /// Wait where the held state is device memory (wgpu, CUDA), not on Flex.
     Auto,
@@ -222,55 +209,49 @@ struct Args {
     /// copy of that record Burn's encoding makes for a moment) would exceed it still persists
     /// in the background, but training waits after submitting it until what it still holds
     /// leaves room for that copy. 0: no limit.
-    #[arg(long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_budget)]
+    #[arg(help_heading = "Tuning (for benchmarks)", long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_budget)]
     snapshot_budget_mb: Budget,
     /// Before each optimizer update, wait until the saves' staging has copied the state out
     /// (it overlaps the step's forward and backward passes), so the update writes in place
     /// instead of copying what a save still holds: a second copy of the state in device memory
     /// on GPU backends. The wait is counted in that save's stall.
-    #[arg(long, value_enum, default_value_t = UpdateWaitArg::Auto)]
+    #[arg(help_heading = "Tuning (for benchmarks)", long, value_enum, default_value_t = UpdateWaitArg::Auto)]
     update_wait: UpdateWaitArg,
     /// On a device backend (wgpu, CUDA), when a save reads the optimizer's state to host
     /// memory. Burn's record of it is lazy device reads; on a device with one queue (wgpu) a
     /// read made after the save call waits behind the next step's work, so `auto` reads it
     /// inside the save call there (a stall of one read of that state, nothing held at the next
     /// update) and after it on CUDA, whose threads have streams of their own. No effect on Flex.
-    #[arg(long, value_enum, default_value_t = OptimizerReadArg::Auto)]
+    #[arg(help_heading = "Tuning (for benchmarks)", long, value_enum, default_value_t = OptimizerReadArg::Auto)]
     optimizer_read: OptimizerReadArg,
-    /// On Flex (CPU), how a background save takes the model's tensors off the training state:
-    /// copied out by a helper thread, or held for the writer. `auto` picks per save whichever
-    /// costs training less, as measured (the report's `session.model_staging` lists each
-    /// save's choice and cost). On a device backend the model is always staged.
-    #[arg(long, value_enum, default_value_t = ModelStagingArg::Auto)]
-    model_staging: ModelStagingArg,
     /// Back large allocations (4 MiB and more) with transparent huge pages
     /// (`ckpt_alloc::HugePages`): Burn's CPU backend and a save's record copies write mostly
     /// fresh memory, which then faults in 2 MiB at a time instead of 4 KiB. Takes effect where
     /// the kernel's THP mode is `madvise` or `always`.
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    #[arg(help_heading = "Tuning (for benchmarks)", long, value_enum, default_value_t = OnOff::On)]
     huge_pages: OnOff,
     /// Also upload every published checkpoint to this object-store prefix (s3://bucket/prefix;
     /// credentials and endpoint from the AWS_* variables); --resume then falls back to it when
     /// no local checkpoint is as new. Needs the `remote` feature.
-    #[arg(long, value_name = "URL")]
+    #[arg(help_heading = "Object-store tier", long, value_name = "URL")]
     upload_to: Option<String>,
     /// Remote retention: keep the newest N uploaded checkpoints (default: --keep-last).
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = "Object-store tier", long, value_name = "N")]
     upload_keep_last: Option<usize>,
     /// Cap the upload bandwidth (MB/s), so uploads leave the network to training.
-    #[arg(long, value_name = "MBPS")]
+    #[arg(help_heading = "Object-store tier", long, value_name = "MBPS")]
     upload_max_mbps: Option<f64>,
     /// ZeRO-1 data-parallel ranks, as threads of this process (1: the single-device loop).
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "ZeRO-1 data parallel", long, default_value_t = 1)]
     ranks: usize,
     /// How ZeRO-1 optimizer shards are written.
-    #[arg(long, value_enum, default_value_t = ShardFormatArg::Consolidated)]
+    #[arg(help_heading = "ZeRO-1 data parallel", long, value_enum, default_value_t = ShardFormatArg::Consolidated)]
     shard_format: ShardFormatArg,
     /// Every rank reads the same batches (N ranks then match 1 rank byte for byte).
-    #[arg(long)]
+    #[arg(help_heading = "ZeRO-1 data parallel", long)]
     replicate_data: bool,
     /// Where ranks run: threads of this process, or one MPI process each (`mpirun -n N`).
-    #[arg(long, value_enum, default_value_t = Dist::Threads)]
+    #[arg(help_heading = "ZeRO-1 data parallel", long, value_enum, default_value_t = Dist::Threads)]
     dist: Dist,
 }
 
@@ -462,26 +443,17 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
         BackpressureArg::Sync => Backpressure::Sync,
     };
     cfg.max_in_flight = args.max_in_flight;
-    cfg.optimizer_read = match args.optimizer_read {
+    let optimizer_read = match args.optimizer_read {
         OptimizerReadArg::Auto => ckpt_burn::OptimizerRead::Auto,
         OptimizerReadArg::AtCapture => ckpt_burn::OptimizerRead::AtCapture,
         OptimizerReadArg::Background => ckpt_burn::OptimizerRead::Background,
     };
-    cfg.model_staging = match args.model_staging {
-        ModelStagingArg::Auto => ckpt_core::staging::StagingPolicy::Measured,
-        ModelStagingArg::Stage => {
-            ckpt_core::staging::StagingPolicy::Fixed(ckpt_core::staging::ModelStaging::Stage)
-        }
-        ModelStagingArg::Hold => {
-            ckpt_core::staging::StagingPolicy::Fixed(ckpt_core::staging::ModelStaging::Hold)
-        }
-    };
-    cfg.update_wait = match args.update_wait {
+    let update_wait = match args.update_wait {
         UpdateWaitArg::Auto => ckpt_burn::UpdateWait::Auto,
         UpdateWaitArg::Always => ckpt_burn::UpdateWait::Always,
         UpdateWaitArg::Never => ckpt_burn::UpdateWait::Never,
     };
-    cfg.snapshot_budget = match args.snapshot_budget_mb {
+    let budget = match args.snapshot_budget_mb {
         Budget::Mib(0) => None,
         Budget::Mib(n) => Some(n << 20),
         Budget::Auto => {
@@ -498,6 +470,10 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
             b
         }
     };
+    cfg.tuning = ckpt_burn::SaveTuning::default()
+        .memory_budget(budget)
+        .optimizer_read(optimizer_read)
+        .update_wait(update_wait);
     cfg.upload_to = args.upload_to.clone();
     cfg.upload_keep_last = args.upload_keep_last;
     cfg.upload_max_mbps = args.upload_max_mbps;

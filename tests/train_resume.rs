@@ -15,8 +15,8 @@ use std::{
 use burn::module::Module;
 use burn::tensor::Device;
 use burn_ckpt::ckpt_burn::{
-    self as cb, Error, MODEL_FILE, OPTIM_FILE, OptimizerRead, SCHEDULER_FILE, TRAINER_FILE,
-    TrainerState, UpdateWait,
+    self as cb, Error, MODEL_FILE, OPTIM_FILE, OptimizerRead, SCHEDULER_FILE, SaveTuning,
+    TRAINER_FILE, TrainerState, UpdateWait,
 };
 use burn_ckpt::ckpt_core::{self, Engine, EngineConfig, Snapshot};
 use ckpt_demo::{self as demo, DemoConfig, Frequency, Mlp, SaveMode};
@@ -46,17 +46,22 @@ fn small_config(kv: &HashMap<String, String>) -> DemoConfig {
         Some("burn") => SaveMode::Burn,
         _ => SaveMode::Async,
     };
-    cfg.snapshot_budget = kv.get("snapshot_budget").map(|v| v.parse().unwrap());
-    cfg.update_wait = match kv.get("update_wait").map(String::as_str) {
+    let budget = kv.get("snapshot_budget").map(|v| v.parse().unwrap());
+    let update_wait = match kv.get("update_wait").map(String::as_str) {
         Some("always") => UpdateWait::Always,
         Some("never") => UpdateWait::Never,
         _ => UpdateWait::Auto,
     };
-    cfg.optimizer_read = match kv.get("optimizer_read").map(String::as_str) {
+    let optimizer_read = match kv.get("optimizer_read").map(String::as_str) {
         Some("background") => OptimizerRead::Background,
         Some("at_capture") => OptimizerRead::AtCapture,
         _ => OptimizerRead::Auto,
     };
+    // No snapshot budget unless the case gives one (the trainer's default is `auto`).
+    cfg.tuning = SaveTuning::default()
+        .memory_budget(budget)
+        .optimizer_read(optimizer_read)
+        .update_wait(update_wait);
     #[cfg(feature = "wgpu")]
     if kv.get("backend").map(String::as_str) == Some("wgpu") {
         cfg.backend = demo::Backend::Wgpu;

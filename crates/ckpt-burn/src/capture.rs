@@ -10,9 +10,15 @@
 //! so that it runs at the trainer's priority, not the persist thread's, and kept for the next
 //! saves), from the moment an engine accepts the snapshot ([`Snapshot::on_accepted`]): at the
 //! end of the save call, and not at all for a snapshot the engine skips. Where the state is
-//! host memory (Flex), Burn's optimizer record is taken first (an eager copy, two thirds of
-//! the state with AdamW) and the optimizer's handles are dropped as soon as it is, then each
-//! model tensor is copied out and its handle dropped.
+//! host memory (Flex), Burn's optimizer record is taken (an eager copy, two thirds of the
+//! state with AdamW) and the optimizer's handles are dropped as soon as it is; the model's
+//! handles are *held* for the writer, which reads each tensor as it writes it: an update
+//! before that allocates a fresh buffer instead of writing in place (copy-on-write), and the
+//! writer then owns the old one, so the model costs no copy at all. (Copying the model out on
+//! the helper instead, as on a device, was an option chosen per save by measured cost until
+//! session 25: in A/B runs at 1 GB it lost no less training time than holding, took up to
+//! 0.4 GB more peak RSS, and the per-save choice lost more than either fixed way; see
+//! `docs/perf/HISTORY.md`.)
 //! On a device backend the model's tensors are read in one batch ([`Transaction`]) enqueued on
 //! the training thread's stream inside the save call, ahead of anything the trainer queues
 //! next, and their handles are released there: the helper only waits for that read. Burn's
@@ -53,7 +59,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::{LrSchedulerRecord, module_lr_scheduler::ModuleLrScheduler};
 use burn::tensor::{Bool, Int, Tensor};
-use ckpt_core::{Snapshot, session::SaveMemory, staging::ModelStaging};
+use ckpt_core::{Snapshot, session::SaveMemory};
 
 use crate::encode::{
     BoxError, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, encode_model, encode_scheduler, record_err,
@@ -122,6 +128,17 @@ impl ModuleVisitor for SizeCounter {
     }
 }
 
+/// How a background save takes the model's tensors off host-memory state (see the module
+/// docs; [`FrozenState::with_model_staging`]); device memory is always staged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelStaging {
+    /// Copy each tensor out on the staging helper at once and release its handle.
+    Stage,
+    /// Keep the handles; the writer reads each tensor as it writes it (the default).
+    #[default]
+    Hold,
+}
+
 /// Training state frozen at one step boundary: handle clones, not bytes.
 pub struct FrozenState<M> {
     model: M,
@@ -137,7 +154,8 @@ pub struct FrozenState<M> {
     model_bytes: std::cell::OnceCell<u64>,
     /// When a background snapshot reads the optimizer's state from a device.
     optimizer_read: crate::OptimizerRead,
-    /// Whether a background snapshot of host-memory state stages the model or holds it.
+    /// Whether a background snapshot of host-memory state that training does not wait for
+    /// holds the model (the default) or stages it.
     model_staging: ModelStaging,
     /// The checkpoint root, where the writer puts a scratch file when RAM has no room for it
     /// ([`crate::scratch`]).
@@ -250,7 +268,7 @@ impl<M: Module + 'static> FrozenState<M> {
             capture_time: t0.elapsed(),
             model_bytes: std::cell::OnceCell::new(),
             optimizer_read: crate::OptimizerRead::default(),
-            model_staging: ModelStaging::Stage,
+            model_staging: ModelStaging::Hold,
             scratch_dir: None,
             model_from_source: false,
         }
@@ -307,12 +325,11 @@ impl<M: Module + 'static> FrozenState<M> {
     }
 
     /// Sets how a background snapshot takes the model's tensors off the training state where
-    /// they are host memory (Flex; default [`ModelStaging::Stage`]): copied out at once by the
-    /// staging helper, or held for the writer, which reads each as it writes it (an update in
-    /// between copies it on write, and the writer then reads the old buffer without a copy).
+    /// they are host memory (Flex; default [`ModelStaging::Hold`]): held for the writer, which
+    /// reads each as it writes it (an update in between copies it on write, and the writer
+    /// then reads the old buffer without a copy), or copied out at once by the staging helper.
     /// Either way the snapshot keeps the captured step's values. On a device backend the
     /// model is always staged: held handles would keep device memory.
-    /// [`ckpt_core::MemoryGate::model_staging`] picks it per save by its measured cost.
     pub fn with_model_staging(mut self, staging: ModelStaging) -> Self {
         self.model_staging = staging;
         self
@@ -413,7 +430,9 @@ impl<M: Module + 'static> FrozenState<M> {
         let (record_tx, record_rx) = model_record.unzip();
         // A held model (host memory, Hold) is written from its handles; otherwise it is staged,
         // unless the trainer already waited for it.
-        let held = host && model_staging == ModelStaging::Hold;
+        // Only while training goes on at once: what a throttled save has not written when the
+        // trainer resumes is staged.
+        let held = host && model_staging == ModelStaging::Hold && wait_limit.is_none();
         let stage_model = !(waited_for_model || held || from_record);
         // `on_device` already asked the backend whether it holds device memory.
         let read_now = on_device == Some(true)
@@ -503,11 +522,6 @@ impl<M: Module + 'static> FrozenState<M> {
             // save call, so the staging thread does not compete with the rest of that call.
             .on_accepted(move || on_accepted.start());
         snap.with_capture_time(capture_time + t0.elapsed())
-    }
-
-    /// Whether the optimizer source gives the model's record too (a frozen learner).
-    pub(crate) fn model_from_source(&self) -> bool {
-        self.model_from_source
     }
 
     /// Visits the frozen model's parameters.

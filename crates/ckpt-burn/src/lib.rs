@@ -42,8 +42,7 @@ mod tuning;
 #[cfg(feature = "remote")]
 mod upload;
 
-pub use capture::{EncodedState, FrozenState, save_memory};
-pub use ckpt_core::staging::ModelStaging;
+pub use capture::{EncodedState, FrozenState, ModelStaging, save_memory};
 pub use data::{ResumableDataLoader, backend_rng_lock, epoch_permutation, mix_seed, seeded_pass};
 pub use encode::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, canonicalize_optimizer_bytes, encode_model,

@@ -336,7 +336,6 @@ impl CheckpointManager {
         }
         let mut session = SessionConfig::new(config.policy)
             .memory_budget(budget)
-            .model_staging(config.tuning.staging())
             .on_save_error(config.on_save_error);
         if let Some(end) = config.end_step {
             session = session.end_step(end);

@@ -458,9 +458,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             grad_accumulation,
             ..
         } = components;
-        let mut session = SessionConfig::new(self.policy)
-            .memory_budget(self.tuning.budget())
-            .model_staging(self.tuning.staging());
+        let mut session = SessionConfig::new(self.policy).memory_budget(self.tuning.budget());
         // Epoch ends and stops are saved whatever the frequency.
         session.enabled = true;
         let mut run = Run {

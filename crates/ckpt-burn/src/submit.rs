@@ -5,7 +5,7 @@
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Bool, Int, Tensor};
-use ckpt_core::{Engine, MemoryGate, SaveRoute, Snapshot, Submitted};
+use ckpt_core::{Engine, MemoryGate, Snapshot, Submitted};
 
 use crate::{FrozenState, Result};
 
@@ -46,16 +46,16 @@ impl<M: Module + 'static> FrozenState<M> {
         first.0
     }
 
-    /// Whether the state is host memory (Flex): there a background save may hold the model's
-    /// handles instead of staging them ([`Self::with_model_staging`]).
+    /// Whether the state is host memory (Flex): there a background save holds the model's
+    /// handles for the writer instead of staging them.
     fn on_host(&self) -> bool {
         self.device()
             .is_some_and(|d| !crate::pinned::holds_device_memory(&d))
     }
 
     /// Submits this state to `engine` on the route `gate` chooses for what the save needs in
-    /// memory (background, throttled or blocking), with the model staged or held as the gate
-    /// picks for a background save of host memory, and the trainer's wait limit. `decorate`
+    /// memory (background, throttled or blocking), with the model held for the writer on a
+    /// background save of host memory, and the trainer's wait limit. `decorate`
     /// adds to the snapshot (manifest entries, replace) before it is submitted. What the gate
     /// decided comes back in [`Submitted::route`] for [`ckpt_core::CheckpointSession::save`].
     pub fn submit(
@@ -76,15 +76,7 @@ impl<M: Module + 'static> FrozenState<M> {
             need.transient = 0;
         }
         let route = gate.route(need, step);
-        let from_source = self.model_from_source();
         let frozen = self.with_scratch_dir(engine.root());
-        // A learner's model is written from the record Burn's call copies (nothing to stage or
-        // hold, so nothing for the gate to pick).
-        let frozen = if route == SaveRoute::Background && host && !from_source {
-            frozen.with_model_staging(gate.model_staging(step))
-        } else {
-            frozen
-        };
         let snapshot = decorate(frozen.into_snapshot_waited(gate.wait_limit(), optim_bytes));
         let outcome = engine.submit(snapshot)?;
         Ok(Submitted { outcome, route })

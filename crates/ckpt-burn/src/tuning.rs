@@ -1,14 +1,11 @@
-//! [`SaveTuning`]: the four settings that trade a background save's memory against training
+//! [`SaveTuning`]: the three settings that trade a background save's memory against training
 //! time, in one value, each `auto` by default. Most runs never set them.
 //!
 //! | setting | default | what it decides | when to change it |
 //! |---|---|---|---|
 //! | [`memory_budget`](SaveTuning::memory_budget) | `auto`: half the memory available at start ([`ckpt_core::session::auto_snapshot_budget`]) | extra memory a save may take; a save that would need more is throttled (training waits until it fits), or written while training waits | a machine shared with other jobs (lower), or a save that must never wait (`None`: no limit) |
-//! | [`model_staging`](SaveTuning::model_staging) | measured per save | host memory (Flex): copy the model out on a helper thread, or hold its handles until written | benchmarks |
 //! | [`optimizer_read`](SaveTuning::optimizer_read) | `auto`: inside the save call on one-queue device runtimes (wgpu), on the helper on CUDA/HIP | when the optimizer's state is read to host memory on a device backend | benchmarks |
 //! | [`update_wait`](SaveTuning::update_wait) | `auto`: on device memory, and on the learner route also on host memory | whether an optimizer update waits until the save no longer holds the state it overwrites | a device short of memory (`Always`) |
-
-use ckpt_core::staging::StagingPolicy;
 
 use crate::{OptimizerRead, UpdateWait};
 
@@ -18,7 +15,6 @@ use crate::{OptimizerRead, UpdateWait};
 pub struct SaveTuning {
     /// `None`: `auto`; `Some(None)`: no limit; `Some(Some(bytes))`.
     memory_budget: Option<Option<u64>>,
-    model_staging: StagingPolicy,
     optimizer_read: OptimizerRead,
     update_wait: UpdateWait,
 }
@@ -28,14 +24,6 @@ impl SaveTuning {
     /// memory available when the run opens its root.
     pub fn memory_budget(mut self, bytes: Option<u64>) -> Self {
         self.memory_budget = Some(bytes);
-        self
-    }
-
-    /// How a background save of host memory (Flex) takes the model: staged by a helper, held
-    /// for the writer, or whichever measurably costs training less (the default). Device
-    /// memory is always staged.
-    pub fn model_staging(mut self, policy: StagingPolicy) -> Self {
-        self.model_staging = policy;
         self
     }
 
@@ -57,11 +45,6 @@ impl SaveTuning {
     pub fn budget(&self) -> Option<u64> {
         self.memory_budget
             .unwrap_or_else(ckpt_core::session::auto_snapshot_budget)
-    }
-
-    /// The model-staging policy.
-    pub fn staging(&self) -> StagingPolicy {
-        self.model_staging
     }
 
     /// The optimizer-read setting.

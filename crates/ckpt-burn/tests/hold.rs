@@ -1,4 +1,4 @@
-//! A background save told to hold the model ([`ModelStaging::Hold`]) on host memory keeps the
+//! A background save of host memory holds the model (the default on Flex): it keeps the
 //! model's handles for the writer instead of staging them, and still writes the captured step
 //! when training updates the model before the writer reads it (the update copies on write).
 //!
@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use ckpt_burn::{ModelStaging, pinned_state_bytes, wait_pinned_at_most};
+use ckpt_burn::{pinned_state_bytes, wait_pinned_at_most};
 use ckpt_core::{Engine, EngineConfig};
 use common::{assert_checkpoint_is, freeze, trained_tiny};
 
@@ -19,7 +19,7 @@ fn a_held_model_is_written_as_captured_after_training_moved_on() {
     let step = st.step;
     let want = freeze(&st).encode().unwrap();
 
-    let frozen = freeze(&st).with_model_staging(ModelStaging::Hold);
+    let frozen = freeze(&st);
     let model_bytes = frozen.model_bytes();
     let snapshot = frozen.into_snapshot();
 

@@ -1,5 +1,6 @@
-//! A background save stages the state to host memory by itself once an engine accepts its
-//! snapshot: every handle the snapshot holds is released before anything is persisted, so the
+//! A background save told to stage the model ([`ModelStaging::Stage`]; on host memory the
+//! default holds it for the writer, on a device it is always staged) stages the state to host
+//! memory by itself once an engine accepts its snapshot: every handle the snapshot holds is released before anything is persisted, so the
 //! next optimizer update writes in place, and what the snapshot writes later is still the
 //! state of the step it was taken at.
 //!
@@ -10,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use ckpt_burn::{pinned_state_bytes, wait_pinned_at_most};
+use ckpt_burn::{ModelStaging, pinned_state_bytes, wait_pinned_at_most};
 use ckpt_core::{Engine, EngineConfig};
 use common::{assert_checkpoint_is, freeze, trained_tiny};
 
@@ -21,7 +22,7 @@ fn staging_releases_the_state_before_the_persist_and_still_writes_the_captured_s
     let want = freeze(&st).encode().unwrap();
     assert_eq!(pinned_state_bytes(), 0, "a blocking encode pins nothing");
 
-    let frozen = freeze(&st);
+    let frozen = freeze(&st).with_model_staging(ModelStaging::Stage);
     let state = frozen.model_bytes() * 3;
     let snapshot = frozen.into_snapshot();
     assert!(

@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::engine::SubmitOutcome;
-use crate::staging::{ModelStaging, StagingChooser};
 
 /// Whether a save runs in the background or while training waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,7 +55,6 @@ pub struct MemoryGate {
     pub(crate) previous_bytes: Option<u64>,
     pub(crate) fallbacks: u64,
     pub(crate) wait_limit: Option<u64>,
-    pub(crate) staging: StagingChooser,
 }
 
 impl MemoryGate {
@@ -83,15 +81,6 @@ impl MemoryGate {
     /// the newest route was not throttled.
     pub fn wait_limit(&self) -> Option<u64> {
         self.wait_limit
-    }
-
-    /// How the save of `step` takes the model's tensors off the training state, where they
-    /// are host memory (see [`ModelStaging`]): picked under the session's [`StagingPolicy`](crate::staging::StagingPolicy) and
-    /// recorded, so that the cost of the save is attributed to it. Call it only for saves it
-    /// applies to (a background save of host-memory state); on a device the model is always
-    /// staged.
-    pub fn model_staging(&mut self, step: u64) -> ModelStaging {
-        self.staging.pick(step)
     }
 
     /// The route that keeps the save of `step`, needing `need`, within the budget.

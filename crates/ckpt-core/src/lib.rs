@@ -52,7 +52,6 @@ mod retention;
 mod rewind;
 pub mod session;
 pub mod snapshot;
-pub mod staging;
 pub mod storage;
 mod target;
 mod verify;

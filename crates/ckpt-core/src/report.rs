@@ -3,8 +3,6 @@
 
 use serde::Serialize;
 
-use crate::staging::StagingRecord;
-
 /// One checkpoint in the report.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SaveRecord {
@@ -77,9 +75,6 @@ pub struct SessionReport {
     pub stopped: Option<StopReport>,
     /// The training time checkpoints cost, as measured.
     pub lost: LostTime,
-    /// The saves whose model staging was picked ([`MemoryGate::model_staging`](crate::MemoryGate::model_staging)): which way
-    /// each used and what it cost training, as measured.
-    pub model_staging: Vec<StagingRecord>,
 }
 
 /// The training time checkpoints cost a run, as the frequency controller measured it (for

@@ -60,7 +60,6 @@ pub use crate::frequency::FrequencyController;
 pub use crate::gate::{MemoryGate, SaveMemory, SaveRoute, Submitted};
 pub use crate::held::{AUTO_BUDGET_FRACTION, auto_snapshot_budget};
 pub use crate::report::{FailedSave, LostTime, SaveRecord, SessionReport, StopOutcome, StopReport};
-use crate::staging::{StagingChooser, StagingPolicy};
 pub use crate::target::{SaveFailure, SaveTarget};
 use crate::{FrequencyPolicy, SaveEvent, engine::SubmitOutcome};
 
@@ -116,9 +115,6 @@ pub struct SessionConfig {
     /// Checkpoint every step the frequency picks, and the final one; `false` turns
     /// checkpointing off (also the final save).
     pub enabled: bool,
-    /// How background saves of host-memory state take the model off the training state
-    /// ([`MemoryGate::model_staging`]).
-    pub staging: StagingPolicy,
 }
 
 impl SessionConfig {
@@ -133,14 +129,7 @@ impl SessionConfig {
             grace_period: None,
             memory_budget: None,
             end_step: None,
-            staging: StagingPolicy::default(),
         }
-    }
-
-    /// How background saves of host-memory state take the model off the training state.
-    pub fn model_staging(mut self, policy: StagingPolicy) -> Self {
-        self.staging = policy;
-        self
     }
 
     /// The step the run ends at (always checkpointed).
@@ -196,7 +185,6 @@ impl CheckpointSession {
             ctrl: FrequencyController::new(cfg.policy),
             gate: MemoryGate {
                 budget: cfg.memory_budget,
-                staging: StagingChooser::new(cfg.staging),
                 ..Default::default()
             },
             started: Instant::now(),
@@ -308,8 +296,6 @@ impl CheckpointSession {
         let polled = self.drain(target, false).map_err(E::from)?;
         self.record(polled);
         let mut sync_events = Vec::new();
-        // The newest saves' costs, for a measured staging pick.
-        self.gate.staging.observe(self.ctrl.save_costs());
         loop {
             self.gate.in_flight = target.in_flight();
             self.gate.held_now = target.held_bytes();
@@ -439,7 +425,6 @@ impl CheckpointSession {
             );
         }
         let (base, during) = self.ctrl.lost();
-        self.gate.staging.observe(self.ctrl.save_costs());
         let final_wait = t_finish.elapsed().as_secs_f64();
         let mut report = self.report;
         let total = (during + final_wait) * 1e3;
@@ -453,7 +438,6 @@ impl CheckpointSession {
         };
         report.saves.sort_by_key(|s| s.step);
         report.interval = self.ctrl.interval();
-        report.model_staging = self.gate.staging.records();
         report.stopped = self.stopped_at.map(|(step, t)| StopReport {
             step,
             outcome,
@@ -529,7 +513,6 @@ impl CheckpointSession {
 mod tests {
     use super::*;
     use crate::Error;
-    use crate::staging::ModelStaging;
 
     /// A save's memory need: held in the background, held at the least, needed for a moment.
     fn mem(background: u64, blocking: u64, transient: u64) -> SaveMemory {
@@ -615,60 +598,6 @@ mod tests {
             }
         }
         s.finish(t, |_| Ok(vec![]))
-    }
-
-    /// Saves pick their model staging through the gate, each is charged with the slower steps
-    /// that follow it, and the cheaper way is kept (here holding: its saves slow the next two
-    /// steps by 2 ms, staging's by 20 ms).
-    #[test]
-    fn measured_staging_keeps_the_way_whose_saves_cost_less() {
-        let mut s = CheckpointSession::new(SessionConfig::new(FrequencyPolicy::EverySteps(10)));
-        let mut t = Fake::default();
-        let mut slow: Vec<u64> = Vec::new();
-        for step in 1..=200u64 {
-            let extra = slow.pop().unwrap_or(0);
-            let took = Duration::from_millis(1 + extra);
-            let b = s
-                .boundary(step, took, t.in_flight(), Ok::<_, Error>)
-                .unwrap();
-            if b.save {
-                let mut picked = None;
-                s.save(&mut t, step, |t: &mut Fake, gate| {
-                    picked = Some(gate.model_staging(step));
-                    t.queued.push(step);
-                    Ok::<_, Error>(Submitted::queued(step, Duration::ZERO))
-                })
-                .unwrap();
-                let per_step = if picked == Some(ModelStaging::Hold) {
-                    2
-                } else {
-                    20
-                };
-                slow = vec![per_step; 2];
-            }
-            s.poll(&mut t).unwrap();
-        }
-        let r = s.finish(t, |_| Ok(vec![])).unwrap();
-        let ways: Vec<ModelStaging> = r.model_staging.iter().map(|m| m.staging).collect();
-        assert_eq!(ways.len(), 20);
-        assert_eq!(
-            &ways[..4],
-            &[
-                ModelStaging::Stage,
-                ModelStaging::Stage,
-                ModelStaging::Hold,
-                ModelStaging::Hold
-            ]
-        );
-        let staged = ways.iter().filter(|w| **w == ModelStaging::Stage).count();
-        assert!(staged <= 5, "{ways:?}");
-        let first = r.model_staging[1]
-            .cost_ms
-            .expect("the first counted save was measured");
-        assert!(
-            (40.0..60.0).contains(&first),
-            "{first} ms for two steps 20 ms slower"
-        );
     }
 
     #[test]

@@ -27,12 +27,12 @@ use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use ckpt_burn::{
-    CheckpointManager, ManagerConfig, OptimizerRead, ResumableDataLoader, SaveTuning, TrainerState,
-    UpdateWait, assign_param_ids, load_model, restore, step_seed,
+    CheckpointManager, ManagerConfig, ResumableDataLoader, SaveTuning, TrainerState,
+    assign_param_ids, load_model, restore, step_seed,
 };
 use ckpt_core::{
     Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
-    SessionConfig, SessionReport, Submitted, staging::StagingPolicy,
+    SessionConfig, SessionReport, Submitted,
 };
 pub use ckpt_core::{
     SaveErrorPolicy,
@@ -121,21 +121,9 @@ pub struct DemoConfig {
     pub max_in_flight: usize,
     /// What a save does when `max_in_flight` are already persisting.
     pub backpressure: Backpressure,
-    /// Extra memory (bytes) a save may take: a save whose background peak (held copies or
-    /// handles, Burn's optimizer record and the copy its encoding makes for a moment, see
-    /// [`ckpt_burn::save_memory`]) would exceed it is throttled: training waits after the
-    /// submit until what the save still holds leaves room within it (`None`: no limit).
-    pub snapshot_budget: Option<u64>,
-    /// Whether each optimizer update waits until the snapshots hold no more handles of the
-    /// state (see [`ckpt_burn::UpdateWait`]; by default where they are device memory).
-    pub update_wait: UpdateWait,
-    /// When a save on a device backend reads the optimizer's state to host memory: inside the
-    /// save call or on the staging helper after it (see [`ckpt_burn::OptimizerRead`]).
-    pub optimizer_read: OptimizerRead,
-    /// How a background save on Flex takes the model off the training state: staged by a
-    /// helper, held for the writer, or whichever measurably costs training less (the default;
-    /// see [`ckpt_core::staging::StagingChooser`]). On a device backend the model is always staged.
-    pub model_staging: StagingPolicy,
+    /// How background saves trade memory against training time: the snapshot budget, the
+    /// optimizer read and the update wait ([`ckpt_burn::SaveTuning`], each `auto` by default).
+    pub tuning: SaveTuning,
     /// Upload every published checkpoint to this object-store prefix (`s3://bucket/prefix`,
     /// feature `remote`); a resume falls back to it when no local checkpoint is as new.
     pub upload_to: Option<String>,
@@ -171,10 +159,7 @@ impl DemoConfig {
             on_save_error: SaveErrorPolicy::Stop,
             max_in_flight: 1,
             backpressure: Backpressure::Block,
-            snapshot_budget: None,
-            update_wait: UpdateWait::default(),
-            optimizer_read: OptimizerRead::default(),
-            model_staging: StagingPolicy::default(),
+            tuning: SaveTuning::default(),
             upload_to: None,
             upload_keep_last: None,
             upload_max_mbps: None,
@@ -200,8 +185,7 @@ impl DemoConfig {
         let mut s = SessionConfig::new(self.policy())
             .end_step(self.steps)
             .on_save_error(self.on_save_error)
-            .memory_budget(self.snapshot_budget)
-            .model_staging(self.model_staging);
+            .memory_budget(self.tuning.budget());
         s.stop = self.stop.clone();
         s.grace_period = self.grace_period;
         CheckpointSession::new(s)
@@ -259,7 +243,7 @@ pub struct DemoReport {
     pub skipped: u64,
     /// Steps saved blocking (`--save-mode sync`: the trainer waited for the whole persist).
     pub blocking_saves: Vec<u64>,
-    /// Steps whose background save would have exceeded `snapshot_budget`: the trainer waited
+    /// Steps whose background save would have exceeded the snapshot budget: the trainer waited
     /// after submitting them until what they still held fit.
     pub throttled_saves: Vec<u64>,
     /// Checkpoints that failed to persist (only under [`SaveErrorPolicy::Continue`]).
@@ -277,9 +261,6 @@ pub struct DemoReport {
     /// The training time checkpoints cost (stalls, slower steps after each save, the final
     /// wait), as the session measured it.
     pub lost: ckpt_core::session::LostTime,
-    /// On Flex, each background save's model staging (staged or held) and what it cost
-    /// training as measured (`--model-staging`).
-    pub model_staging: Vec<ckpt_core::staging::StagingRecord>,
     /// This process's direct-I/O counters at the end of the run: reused write buffers and the
     /// bytes written past the page cache.
     pub direct_io: ckpt_core::storage::DirectIoStats,
@@ -288,7 +269,7 @@ pub struct DemoReport {
     /// writing in place (host memory on Flex, device memory on wgpu).
     pub pinned_at_next_update: Vec<PinnedSample>,
     /// How the run's saves read the optimizer's state from the device
-    /// ([`DemoConfig::optimizer_read`] as it applied to the run's device): `at-capture` (inside
+    /// ([`ckpt_burn::SaveTuning::optimizer_read`] as it applied to the run's device): `at-capture` (inside
     /// the save call) or `background` (on the staging helper); `None` on host memory (Flex),
     /// where it does not apply.
     pub optimizer_read: Option<&'static str>,
@@ -305,7 +286,7 @@ pub struct PinnedSample {
     /// ([`ckpt_burn::pinned_state_bytes`], after any wait before the update).
     pub bytes: u64,
     /// Time the training thread waited before that update for the snapshot to give the
-    /// state back ([`DemoConfig::update_wait`]); also counted in the save's `stall_ms`.
+    /// state back ([`ckpt_burn::SaveTuning::update_wait`]); also counted in the save's `stall_ms`.
     pub update_wait_ms: f64,
     /// Bytes the device's allocator had in use at the end of the save's step, before the
     /// capture (`Device::memory_pool_usage`, CubeCL's `memory_report(MemoryScope::Device)`;
@@ -346,7 +327,6 @@ impl DemoReport {
         self.interval = s.interval;
         self.stopped = s.stopped;
         self.lost = s.lost;
-        self.model_staging = s.model_staging;
         self.direct_io = ckpt_core::storage::direct_io_stats();
     }
 }
@@ -423,11 +403,7 @@ pub fn data_loader(
 
 /// The library's checkpointer configured by `cfg`'s flags.
 pub fn manager_config(cfg: &DemoConfig) -> Result<ManagerConfig> {
-    let tuning = SaveTuning::default()
-        .memory_budget(cfg.snapshot_budget)
-        .model_staging(cfg.model_staging)
-        .optimizer_read(cfg.optimizer_read)
-        .update_wait(cfg.update_wait);
+    let tuning = cfg.tuning;
     let mut m = ManagerConfig::new(&cfg.dir)
         .frequency(cfg.policy())
         .keep_last(cfg.keep_last)
@@ -661,14 +637,14 @@ pub fn run(cfg: &DemoConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<Demo
     let mse = MseLoss::new();
     let mut final_step = cfg.steps.max(start);
     let mut saved_before: Option<(u64, Option<u64>)> = None;
-    if ours && let Some(at_capture) = cfg.optimizer_read.on(&device) {
+    if ours && let Some(at_capture) = cfg.tuning.read().on(&device) {
         report.optimizer_read = Some(if at_capture {
             "at-capture"
         } else {
             "background"
         });
         tracing::info!(
-            setting = ?cfg.optimizer_read,
+            setting = ?cfg.tuning.read(),
             at_capture,
             "how saves read the optimizer's state from the device"
         );
