@@ -379,7 +379,8 @@ impl<M: Module + 'static> FrozenState<M> {
     /// at once unless the trainer waits for all of it to be written (a limit no larger than the
     /// optimizer record, which stays held until its own part is written): what is left of it
     /// when training goes on would otherwise be copied on write, or unless the state is host
-    /// memory and [`Self::with_model_staging`] says to hold it. The optimizer record is taken
+    /// memory, the trainer does not wait (`None`) and [`Self::with_model_staging`] says to
+    /// hold it (the default). The optimizer record is taken
     /// on the helper thread either way, beside the writer.
     pub fn into_snapshot_waited(
         self,
