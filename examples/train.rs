@@ -130,6 +130,11 @@ enum BackendArg {
     Cuda,
 }
 
+/// `--help` headings of the flags apart from the everyday ones.
+const TUNING: &str = "Tuning (for benchmarks)";
+const OBJECT_STORE: &str = "Object-store tier";
+const ZERO: &str = "ZeRO-1 data parallel";
+
 /// Train a small MLP with non-stalling, crash-safe checkpoints.
 ///
 /// A flag given twice takes the last value, so wrapper scripts can append overrides.
@@ -209,49 +214,49 @@ struct Args {
     /// copy of that record Burn's encoding makes for a moment) would exceed it still persists
     /// in the background, but training waits after submitting it until what it still holds
     /// leaves room for that copy. 0: no limit.
-    #[arg(help_heading = "Tuning (for benchmarks)", long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_budget)]
+    #[arg(help_heading = TUNING, long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_budget)]
     snapshot_budget_mb: Budget,
     /// Before each optimizer update, wait until the saves' staging has copied the state out
     /// (it overlaps the step's forward and backward passes), so the update writes in place
     /// instead of copying what a save still holds: a second copy of the state in device memory
     /// on GPU backends. The wait is counted in that save's stall.
-    #[arg(help_heading = "Tuning (for benchmarks)", long, value_enum, default_value_t = UpdateWaitArg::Auto)]
+    #[arg(help_heading = TUNING, long, value_enum, default_value_t = UpdateWaitArg::Auto)]
     update_wait: UpdateWaitArg,
     /// On a device backend (wgpu, CUDA), when a save reads the optimizer's state to host
     /// memory. Burn's record of it is lazy device reads; on a device with one queue (wgpu) a
     /// read made after the save call waits behind the next step's work, so `auto` reads it
     /// inside the save call there (a stall of one read of that state, nothing held at the next
     /// update) and after it on CUDA, whose threads have streams of their own. No effect on Flex.
-    #[arg(help_heading = "Tuning (for benchmarks)", long, value_enum, default_value_t = OptimizerReadArg::Auto)]
+    #[arg(help_heading = TUNING, long, value_enum, default_value_t = OptimizerReadArg::Auto)]
     optimizer_read: OptimizerReadArg,
     /// Back large allocations (4 MiB and more) with transparent huge pages
     /// (`ckpt_alloc::HugePages`): Burn's CPU backend and a save's record copies write mostly
     /// fresh memory, which then faults in 2 MiB at a time instead of 4 KiB. Takes effect where
     /// the kernel's THP mode is `madvise` or `always`.
-    #[arg(help_heading = "Tuning (for benchmarks)", long, value_enum, default_value_t = OnOff::On)]
+    #[arg(help_heading = TUNING, long, value_enum, default_value_t = OnOff::On)]
     huge_pages: OnOff,
     /// Also upload every published checkpoint to this object-store prefix (s3://bucket/prefix;
     /// credentials and endpoint from the AWS_* variables); --resume then falls back to it when
     /// no local checkpoint is as new. Needs the `remote` feature.
-    #[arg(help_heading = "Object-store tier", long, value_name = "URL")]
+    #[arg(help_heading = OBJECT_STORE, long, value_name = "URL")]
     upload_to: Option<String>,
     /// Remote retention: keep the newest N uploaded checkpoints (default: --keep-last).
-    #[arg(help_heading = "Object-store tier", long, value_name = "N")]
+    #[arg(help_heading = OBJECT_STORE, long, value_name = "N")]
     upload_keep_last: Option<usize>,
     /// Cap the upload bandwidth (MB/s), so uploads leave the network to training.
-    #[arg(help_heading = "Object-store tier", long, value_name = "MBPS")]
+    #[arg(help_heading = OBJECT_STORE, long, value_name = "MBPS")]
     upload_max_mbps: Option<f64>,
     /// ZeRO-1 data-parallel ranks, as threads of this process (1: the single-device loop).
-    #[arg(help_heading = "ZeRO-1 data parallel", long, default_value_t = 1)]
+    #[arg(help_heading = ZERO, long, default_value_t = 1)]
     ranks: usize,
     /// How ZeRO-1 optimizer shards are written.
-    #[arg(help_heading = "ZeRO-1 data parallel", long, value_enum, default_value_t = ShardFormatArg::Consolidated)]
+    #[arg(help_heading = ZERO, long, value_enum, default_value_t = ShardFormatArg::Consolidated)]
     shard_format: ShardFormatArg,
     /// Every rank reads the same batches (N ranks then match 1 rank byte for byte).
-    #[arg(help_heading = "ZeRO-1 data parallel", long)]
+    #[arg(help_heading = ZERO, long)]
     replicate_data: bool,
     /// Where ranks run: threads of this process, or one MPI process each (`mpirun -n N`).
-    #[arg(help_heading = "ZeRO-1 data parallel", long, value_enum, default_value_t = Dist::Threads)]
+    #[arg(help_heading = ZERO, long, value_enum, default_value_t = Dist::Threads)]
     dist: Dist,
 }
 

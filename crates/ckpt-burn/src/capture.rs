@@ -14,11 +14,9 @@
 //! state with AdamW) and the optimizer's handles are dropped as soon as it is; the model's
 //! handles are *held* for the writer, which reads each tensor as it writes it: an update
 //! before that allocates a fresh buffer instead of writing in place (copy-on-write), and the
-//! writer then owns the old one, so the model costs no copy at all. (Copying the model out on
-//! the helper instead, as on a device, was an option chosen per save by measured cost until
-//! session 25: in A/B runs at 1 GB it lost no less training time than holding, took up to
-//! 0.4 GB more peak RSS, and the per-save choice lost more than either fixed way; see
-//! `docs/perf/HISTORY.md`.)
+//! writer then owns the old one, so the model costs no copy at all (copying it out instead,
+//! [`ModelStaging::Stage`], lost no less training time and took more memory when measured:
+//! `docs/perf/HISTORY.md`, session 25).
 //! On a device backend the model's tensors are read in one batch ([`Transaction`]) enqueued on
 //! the training thread's stream inside the save call, ahead of anything the trainer queues
 //! next, and their handles are released there: the helper only waits for that read. Burn's
@@ -429,10 +427,9 @@ impl<M: Module + 'static> FrozenState<M> {
             (entries, slots, None)
         };
         let (record_tx, record_rx) = model_record.unzip();
-        // A held model (host memory, Hold) is written from its handles; otherwise it is staged,
-        // unless the trainer already waited for it.
-        // Only while training goes on at once: what a throttled save has not written when the
-        // trainer resumes is staged.
+        // A held model (host memory, Hold, training going on at once) is written from its
+        // handles; otherwise it is staged (what a throttled save has not written when the
+        // trainer resumes), unless the trainer already waited for it.
         let held = host && model_staging == ModelStaging::Hold && wait_limit.is_none();
         let stage_model = !(waited_for_model || held || from_record);
         // `on_device` already asked the backend whether it holds device memory.

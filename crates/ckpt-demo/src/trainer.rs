@@ -403,7 +403,6 @@ pub fn data_loader(
 
 /// The library's checkpointer configured by `cfg`'s flags.
 pub fn manager_config(cfg: &DemoConfig) -> Result<ManagerConfig> {
-    let tuning = cfg.tuning;
     let mut m = ManagerConfig::new(&cfg.dir)
         .frequency(cfg.policy())
         .keep_last(cfg.keep_last)
@@ -413,7 +412,7 @@ pub fn manager_config(cfg: &DemoConfig) -> Result<ManagerConfig> {
         .on_save_error(cfg.on_save_error)
         .max_in_flight(cfg.max_in_flight)
         .backpressure(cfg.backpressure)
-        .tuning(tuning)
+        .tuning(cfg.tuning)
         .blocking(cfg.save_mode == SaveMode::Sync);
     if let Some(stop) = &cfg.stop {
         m = m.stop_on(stop.clone(), cfg.grace_period);
