@@ -1,15 +1,14 @@
 //! The snippets of `docs/zero-mpi.md`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn::module::Module;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use burn::train::{Learner, LearnerModel, SupervisedTraining, TrainLoader, ValidLoader};
-use burn_ckpt::EngineConfig;
 use burn_ckpt::ckpt_burn::{DataCursor, TrainerState};
-use burn_ckpt::ckpt_core::Engine;
+use burn_ckpt::{EngineConfig, FrequencyPolicy};
 
 /// "Through Burn's learner (rank threads)".
 #[rustfmt::skip] // verbatim from docs/zero-mpi.md
@@ -44,27 +43,34 @@ fn mpi_loop<M: Module + 'static>(
     seed: u64,
     forward_backward: impl Fn(&M) -> GradientsParams,
 ) -> anyhow::Result<()> {
+    use burn_ckpt::ckpt_core::SessionConfig;
     use burn_ckpt::ckpt_zero::collective::Collective;
     use burn_ckpt::ckpt_zero::collective::mpi::{self, MpiGroup};
-    use burn_ckpt::ckpt_zero::{ShardFormat, ShardJob, ShardedSaver, Zero1};
+    use burn_ckpt::ckpt_zero::{RankConfig, RankManager, ShardFormat, ShardJob, ShardSave, ShardedRoot, Zero1};
 
     let mut world = MpiGroup::world(Duration::from_secs(60))?;   // main thread, every rank
-    let ckpt_group = world.split()?;                             // the dedicated checkpoint group
     let rank = world.rank();
-    let engine = if rank == 0 { Some(Engine::open(EngineConfig::new("runs/x/ckpt"))?.0) } else { None };
-    let mut saver = ShardedSaver::start(ckpt_group, ShardFormat::PerRank, "runs/x/ckpt".into(), engine)?;
+    let engine = if rank == 0 {
+        let mut root = ShardedRoot::open(EngineConfig::new("runs/x/ckpt"))?;   // the lock, recovery
+        root.settle(false, false)?;                              // a root holding checkpoints is refused
+        Some(root.into_engine())
+    } else { None };
+    let session = SessionConfig::new(FrequencyPolicy::EverySteps(100)).end_step(steps);
+    let config = RankConfig::new("runs/x/ckpt", session).shard_format(ShardFormat::PerRank);
+    let mut ckpt = RankManager::start(config, engine, &mut world)?;  // splits off the checkpoint group
     let mut zero = Zero1::new(&model, Box::new(world));
     for step in 1..=steps {
+        let t = Instant::now();
         let grads = forward_backward(&model);
         model = zero.step(&mut optim, sched.step(), model, grads)?;
-        if step % 100 == 0 {                                     // every rank, at the same steps
+        let b = ckpt.step(step, t.elapsed(), false, zero.group(), || {   // every rank, every step
             let trainer = TrainerState::new(step, DataCursor::default(), seed);
             let model = (rank == 0).then(|| model.clone().into());
-            saver.submit(ShardJob { model, optim: optim.clone().into(), scheduler: sched.to_record(), trainer })?;
-        }
-        saver.poll()?;                                           // a failed save comes back here
+            ShardSave::Now(ShardJob { model, optim: optim.clone().into(), scheduler: sched.to_record(), trainer })
+        })?;                                                     // a failed save comes back here
+        if b.stop { break; }                                     // the last step, or a stop on any rank
     }
-    saver.finish()?;                                             // every save published
+    ckpt.finish()?;                                              // every save published
     drop(zero);
     mpi::finalize()?;                                            // else mpirun reports an abnormal exit
     Ok(())

@@ -26,7 +26,7 @@ pub use model::{
 pub use trainer::{
     DemoConfig, DemoReport, FailedSave, Frequency, PinnedSample, SaveErrorPolicy, SaveMode,
     SaveRecord, StepInfo, StopOutcome, StopReport, data_loader, engine_config, fresh_model,
-    manager_config, open_engine, run,
+    manager_config, run,
 };
 
 /// What can go wrong in a demo run.

@@ -31,7 +31,7 @@ use ckpt_burn::{
     assign_param_ids, load_model, restore, step_seed,
 };
 use ckpt_core::{
-    Backpressure, CheckpointSession, Engine, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
+    Backpressure, CheckpointSession, EngineConfig, FrequencyPolicy, Retention, SaveRoute,
     SessionConfig, SessionReport, Submitted,
 };
 pub use ckpt_core::{
@@ -182,13 +182,19 @@ impl DemoConfig {
     /// The checkpointing session of this run: frequency, error policy, stop flag and grace
     /// period, memory budget, and `steps` as the always-saved final step.
     pub fn session(&self) -> CheckpointSession {
+        CheckpointSession::new(self.session_config())
+    }
+
+    /// The checkpoint policies of these settings (frequency, last step, stop, save errors,
+    /// memory budget).
+    pub fn session_config(&self) -> SessionConfig {
         let mut s = SessionConfig::new(self.policy())
             .end_step(self.steps)
             .on_save_error(self.on_save_error)
             .memory_budget(self.tuning.budget());
         s.stop = self.stop.clone();
         s.grace_period = self.grace_period;
-        CheckpointSession::new(s)
+        s
     }
 
     /// Checks the settings every loop shares.
@@ -342,36 +348,6 @@ pub fn engine_config(cfg: &DemoConfig) -> EngineConfig {
     }
 }
 
-/// Opens `cfg`'s root (recovery under the lock; every skipped invalid checkpoint is a
-/// warning naming it, the file and the reason) and returns the engine and the checkpoint a
-/// resume starts from.
-///
-/// A run that does not resume is refused here, before any training, when the root holds
-/// checkpoints (they are another run's, or this one's from before), unless `cfg.fresh` moves
-/// them aside.
-pub fn open_engine(cfg: &DemoConfig) -> Result<(Engine, Option<PathBuf>)> {
-    let (mut engine, report) = Engine::open(engine_config(cfg))?;
-    match (&report.latest, cfg.resume, cfg.fresh) {
-        (Some(c), false, false) => Err(Error::Config(format!(
-            "{} already holds checkpoints (newest {}): add --resume to continue that run, or \
-             --fresh to start over (its checkpoints are moved aside to .rewound-*), or use \
-             another --dir",
-            cfg.dir.display(),
-            ckpt_core::layout::checkpoint_dir_name(c.step)
-        ))),
-        (Some(_), false, true) => {
-            let moved = engine.rewind(None)?;
-            tracing::warn!(
-                moved = moved.len(),
-                "--fresh: the checkpoints already in {} were moved aside to .rewound-*",
-                cfg.dir.display()
-            );
-            Ok((engine, None))
-        }
-        _ => Ok((engine, report.latest.map(|c| c.path))),
-    }
-}
-
 /// The fresh model of `cfg`: weights from the device RNG seeded with `cfg.seed`, ParamIds
 /// derived from it. Seeds the (process-global) RNG: serialize with other users.
 pub fn fresh_model(cfg: &DemoConfig, device: &Device) -> Mlp {
@@ -431,15 +407,23 @@ fn open_manager(cfg: &DemoConfig) -> Result<CheckpointManager> {
         && !cfg.resume
         && !cfg.fresh
     {
-        return Err(Error::Config(format!(
-            "{} already holds checkpoints (newest {}): add --resume to continue that run, or \
-             --fresh to start over (its checkpoints are moved aside to .rewound-*), or use \
-             another --dir",
-            cfg.dir.display(),
-            ckpt_core::layout::checkpoint_dir_name(step)
-        )));
+        return Err(used_root(
+            cfg,
+            &ckpt_core::layout::checkpoint_dir_name(step),
+        ));
     }
     Ok(m)
+}
+
+/// The error of a run that neither resumes nor starts over in a root holding checkpoints
+/// (`newest`: the newest one's directory name), in the trainer's flags.
+pub(crate) fn used_root(cfg: &DemoConfig, newest: &str) -> Error {
+    Error::Config(format!(
+        "{} already holds checkpoints (newest {newest}): add --resume to continue that run, or \
+         --fresh to start over (its checkpoints are moved aside to .rewound-*), or use \
+         another --dir",
+        cfg.dir.display(),
+    ))
 }
 
 /// Where this run's checkpoints go.

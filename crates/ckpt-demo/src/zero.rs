@@ -1,9 +1,10 @@
 //! The example trainer on N ranks with ZeRO-1: threads in this process ([`run_threads`]) or
 //! MPI processes ([`run_mpi`], feature `mpi`). It trains the same model on the same data as
-//! [`crate::trainer::run`] and checkpoints through [`ShardedSaver`] with the same
-//! [`ckpt_core::CheckpointSession`] policies: at every step boundary the ranks agree over the
-//! training group ([`agree_on_boundary`]) on rank 0's save decision and on any rank's stop
-//! request, so all ranks save, and stop, at the same step.
+//! [`crate::trainer::run`] and checkpoints through the library's [`RankManager`] with the
+//! same policies: at every step boundary the ranks agree over the training group on rank 0's
+//! save decision and on any rank's stop request, so all ranks save, and stop, at the same
+//! step. This module keeps the model, the data and the loop; the checkpointing is the
+//! library's.
 //!
 //! Burn's backend RNG is process-global, so with rank threads each rank seeds it and runs its
 //! forward and backward pass under one process-wide lock: every rank draws exactly the dropout
@@ -22,13 +23,15 @@ use ckpt_burn::{
     DataCursor, TrainerState, load_model, load_scheduler, load_trainer_state, mix_seed,
     save_memory, step_seed,
 };
-use ckpt_core::{Engine, SaveTarget, Submitted, engine::SubmitOutcome};
+use ckpt_core::Engine;
 use ckpt_zero::collective::{Collective, ThreadGroup};
 use ckpt_zero::shards::{filter_optimizer, read_full_optimizer};
-use ckpt_zero::{ShardFormat, ShardJob, ShardedSaver, Zero1, agree_on_boundary, join_ranks};
+use ckpt_zero::{
+    RankConfig, RankManager, ShardFormat, ShardJob, ShardSave, ShardedRoot, Zero1, join_ranks,
+};
 
 use crate::model::{optimizer, scheduler};
-use crate::tier::Tier;
+use crate::tier;
 use crate::trainer::{self as demo, DemoConfig, DemoReport, Frequency, StepInfo};
 use crate::{Error, Result};
 
@@ -86,9 +89,10 @@ impl ZeroConfig {
 /// and the URL it was downloaded from when the object store had a newer valid one.
 type Opened = (Option<Engine>, Option<PathBuf>, Option<String>);
 
-/// Opens rank 0's engine (recovery under the root lock) and finds the checkpoint to resume,
-/// restoring it from the object store (`--upload-to`) when no valid local one is as new.
-fn open_engine(cfg: &ZeroConfig) -> Result<Opened> {
+/// Opens rank 0's root (recovery under the root lock; a run that neither resumes nor starts
+/// over is refused in a used root) and finds the checkpoint to resume, restoring it from the
+/// object store (`--upload-to`) when no valid local one is as new.
+fn open_root(cfg: &ZeroConfig) -> Result<Opened> {
     let d = &cfg.demo;
     if matches!(d.frequency, Frequency::EverySteps(0)) {
         let latest = if d.resume {
@@ -98,21 +102,27 @@ fn open_engine(cfg: &ZeroConfig) -> Result<Opened> {
         };
         return Ok((None, latest, None));
     }
-    let (mut engine, mut latest) = demo::open_engine(d)?;
-    let mut from_remote = None;
+    let mut root = ShardedRoot::open(demo::engine_config(d))?;
     if d.resume
-        && let Some((dir, from)) = crate::tier::restore(d, &mut engine, latest.as_deref())?
+        && let Some(remote) = tier::remote(d)?
     {
-        latest = Some(dir);
-        from_remote = Some(from);
+        tier::restore_newer(&mut root, &remote)?;
     }
-    Ok((Some(engine), latest, from_remote))
+    let latest = root.settle(d.resume, d.fresh).map_err(|e| match e {
+        ckpt_zero::Error::UsedRoot { newest, .. } => {
+            let name = newest.file_name().map(|n| n.to_string_lossy().into_owned());
+            demo::used_root(d, &name.unwrap_or_default())
+        }
+        e => e.into(),
+    })?;
+    let from = root.restored_from().map(str::to_owned);
+    Ok((Some(root.into_engine()), latest, from))
 }
 
 /// Runs `cfg.ranks` ranks as threads of this process; returns rank 0's report.
 pub fn run_threads(cfg: &ZeroConfig, progress: &mut dyn FnMut(&StepInfo)) -> Result<DemoReport> {
     cfg.validate()?;
-    let (engine, latest, from_remote) = open_engine(cfg)?;
+    let (engine, latest, from_remote) = open_root(cfg)?;
     let mut groups = ThreadGroup::new(cfg.ranks, cfg.timeout).into_iter();
     let g0 = groups
         .next()
@@ -162,7 +172,7 @@ pub fn run_mpi<T>(
     cfg.validate()?;
     let rank = world.rank();
     let (engine, latest, from_remote) = if rank == 0 {
-        open_engine(&cfg)?
+        open_root(&cfg)?
     } else {
         (None, None, None)
     };
@@ -212,11 +222,6 @@ fn run_rank(
     let d = &cfg.demo;
     let rank = group.rank();
     let world = group.size();
-    // The checkpoint group, then the upload group (`--upload-to`): created first, in the same
-    // order on every rank.
-    let ckpt_group = group.split()?;
-    let (tier, after_publish) = Tier::sharded(d, || Ok(group.split()?))?;
-    let uploads = tier.done.clone();
     let device = d.backend.device().autodiff();
 
     let mut model = {
@@ -285,23 +290,17 @@ fn run_rank(
         0
     };
     let need = save_memory(model_bytes, Some(2 * param_bytes(partition.owned_by(rank))));
-    let mut session = d.session();
-    session.resumed_at(start);
+    // The checkpoint group, then the upload group (`--upload-to`): split off the training
+    // group first, in the same order on every rank.
+    let mut config = RankConfig::new(&d.dir, d.session_config())
+        .shard_format(cfg.shard_format)
+        .save_memory(need);
+    if let Some(remote) = tier::remote(d)? {
+        config = tier::upload_shards(config, remote);
+    }
+    let mut ckpt = RankManager::start(config, engine, group.as_mut())?;
+    ckpt.resumed_at(start);
     let mut zero = Zero1::new(&model, group);
-    let mut saver = if session.enabled() {
-        Some(RankTarget {
-            saver: ShardedSaver::start_with(
-                ckpt_group,
-                cfg.shard_format,
-                d.dir.clone(),
-                engine,
-                after_publish,
-            )?,
-            tier,
-        })
-    } else {
-        None
-    };
     let mse = MseLoss::new();
     let mut final_step = d.steps.max(start);
 
@@ -323,49 +322,30 @@ fn run_rank(
         report.step_ms.push(demo::ms(step_time));
         report.final_loss = loss_value;
 
-        let in_flight = saver.as_ref().map_or(0, |s| s.in_flight());
         // Every rank takes part, checkpointing or not: a stop requested on any rank stops all.
-        let b = session.boundary(step, step_time, in_flight, |p| {
-            agree_on_boundary(zero.group(), p)
+        let b = ckpt.step(step, step_time, false, zero.group(), || {
+            let cursor = loader.cursor();
+            ShardSave::Now(ShardJob {
+                model: (rank == 0).then(|| model.clone().into()),
+                optim: optim.clone().into(),
+                scheduler: sched.to_record(),
+                trainer: TrainerState::new(
+                    step,
+                    DataCursor {
+                        shuffle_seed: d.seed,
+                        ..cursor
+                    },
+                    d.seed,
+                ),
+            })
         })?;
-        if let Some(saver) = saver.as_mut() {
-            if b.save {
-                let cursor = loader.cursor();
-                let job = || ShardJob {
-                    model: (rank == 0).then(|| model.clone().into()),
-                    optim: optim.clone().into(),
-                    scheduler: sched.to_record(),
-                    trainer: TrainerState::new(
-                        step,
-                        DataCursor {
-                            shuffle_seed: d.seed,
-                            ..cursor
-                        },
-                        d.seed,
-                    ),
-                };
-                session.save(saver, step, |s, gate| {
-                    let route = gate.route(need, step);
-                    let t0 = Instant::now();
-                    s.saver.submit(job())?;
-                    Ok::<_, Error>(Submitted {
-                        outcome: SubmitOutcome::Queued {
-                            step,
-                            blocked: t0.elapsed(),
-                        },
-                        route,
-                    })
-                })?;
-            }
-            session.poll(saver)?;
-        }
         progress(&StepInfo {
             step,
             steps: d.steps,
             epoch,
             loss: loss_value.unwrap_or(f32::NAN),
-            published: session.published(),
-            in_flight: saver.as_ref().map_or(0, |s| s.in_flight()),
+            published: ckpt.published(),
+            in_flight: ckpt.in_flight(),
         });
         if d.abort_at_step == Some(step) {
             std::process::abort();
@@ -375,80 +355,10 @@ fn run_rank(
             break;
         }
     }
-    let sessioned = match saver {
-        Some(s) => session.finish(s, RankTarget::close)?,
-        None => session.finish(NoSaver, |_| Ok(Vec::new()))?,
-    };
-    report.absorb(sessioned);
-    report.uploads = uploads.lock().map(|u| u.clone()).unwrap_or_default();
+    let done = ckpt.finish()?;
+    report.absorb(done.session);
+    report.uploads = done.uploads;
     report.final_step = final_step;
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// A rank's checkpoint target: its sharded saver, and the object-store tier behind it
-/// (inactive without `--upload-to`), whose failures come back like the saver's.
-struct RankTarget {
-    saver: ShardedSaver<crate::Mlp>,
-    tier: Tier,
-}
-
-impl SaveTarget for RankTarget {
-    type Error = Error;
-    fn in_flight(&self) -> usize {
-        self.saver.in_flight()
-    }
-    fn poll(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
-        let events = SaveTarget::poll(&mut self.saver)?;
-        self.tier.published(&events)?;
-        Ok(events)
-    }
-    fn wait_idle(&mut self) -> Result<Vec<ckpt_core::SaveEvent>> {
-        let events = SaveTarget::wait_idle(&mut self.saver)?;
-        self.tier.published(&events)?;
-        Ok(events)
-    }
-    fn blocked_total(&self) -> Duration {
-        self.saver.blocked_total()
-    }
-    // Shards are written by every rank; their held memory is not counted.
-    fn held_bytes(&self) -> Option<u64> {
-        None
-    }
-    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
-        Ok(false)
-    }
-}
-
-impl RankTarget {
-    /// Closes the saver (every save published), then waits for every upload.
-    fn close(self) -> Result<Vec<ckpt_core::SaveEvent>> {
-        let RankTarget { saver, mut tier } = self;
-        let events = saver.close()?;
-        tier.published(&events)?;
-        tier.finish()?;
-        Ok(events)
-    }
-}
-
-/// The target of a run without checkpoints.
-struct NoSaver;
-
-impl SaveTarget for NoSaver {
-    type Error = ckpt_zero::Error;
-    fn in_flight(&self) -> usize {
-        0
-    }
-    fn poll(&mut self) -> ckpt_zero::Result<Vec<ckpt_core::SaveEvent>> {
-        Ok(Vec::new())
-    }
-    fn wait_idle(&mut self) -> ckpt_zero::Result<Vec<ckpt_core::SaveEvent>> {
-        Ok(Vec::new())
-    }
-    fn held_bytes(&self) -> Option<u64> {
-        None
-    }
-    fn wait_held_at_most(&mut self, _limit: u64) -> ckpt_zero::Result<bool> {
-        Ok(false)
-    }
 }

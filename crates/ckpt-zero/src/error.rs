@@ -65,6 +65,23 @@ pub enum Error {
         /// Which rank failed and how (naming the object key).
         reason: String,
     },
+    /// A run that does not resume was started in a root holding checkpoints (another run's,
+    /// or this one's from before): refused before any training, so their steps are never
+    /// replaced.
+    #[error(
+        "{} already holds checkpoints of an earlier run (newest {}) and this run does not \
+         resume: continue it (ZeroTrainingStrategy::resume_latest(), or the trainer's \
+         --resume), or start over (overwrite(true), or --fresh), which moves them aside to \
+         .rewound-*, or use another directory",
+        root.display(),
+        newest.display()
+    )]
+    UsedRoot {
+        /// The checkpoint root.
+        root: PathBuf,
+        /// Its newest valid checkpoint.
+        newest: PathBuf,
+    },
     /// Invalid settings.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -5,6 +5,9 @@
 //! - [`Partition`] / [`Zero1`]: each rank owns the optimizer state of a deterministic
 //!   partition of the parameters; gradients are all-reduced on the training group, owners update
 //!   and re-broadcast their parameters.
+//! - [`RankManager`]: one rank's checkpointing (the root, the per-step decision agreed by
+//!   every rank, the sharded saves, the object-store tier, the report), which every ZeRO loop
+//!   goes through.
 //! - [`ShardedSaver`]: every rank snapshots its shard at the same step; a background thread moves
 //!   it over a dedicated checkpoint group and rank 0 publishes, consolidated or per rank.
 //! - [`shards`]: merge and split optimizer records, so a checkpoint written by N ranks loads on M.
@@ -16,6 +19,7 @@
 pub mod checkpoint;
 pub mod collective;
 mod error;
+pub mod manager;
 pub mod partition;
 pub mod ranks;
 pub mod shards;
@@ -28,6 +32,7 @@ pub use checkpoint::{
     AfterPublish, ModelPart, OptimShard, ShardFormat, ShardJob, ShardOutcome, ShardedSaver,
 };
 pub use error::{Error, Result};
+pub use manager::{RankConfig, RankManager, RankReport, ShardSave, ShardedRoot};
 pub use partition::{ParamInfo, Partition, float_params};
 pub use ranks::{agree_on_boundary, join_ranks};
 pub use zero::Zero1;

@@ -31,8 +31,8 @@
 //!   (`ckpt_burn::HeldLearner`: handle clones, copy-on-write) and hands it to its checkpoint
 //!   thread, which takes Burn's records of it there (`ckpt_burn::LearnerTap`: the learner keeps
 //!   its optimizer private, and `LearningCheckpointer::checkpoint` is the one public reader)
-//!   and moves the shard over the dedicated checkpoint group like the example trainer's ZeRO
-//!   loop. Rank 0 writes `model.bpk` from the model record that call builds anyway, and the
+//!   and moves the shard over the dedicated checkpoint group: the same
+//!   [`crate::RankManager`] as the example trainer's ZeRO loop. Rank 0 writes `model.bpk` from the model record that call builds anyway, and the
 //!   records are written through scratch files in the root, with no buffer of a whole record
 //!   (on a device backend, read to host memory before the learner is given back).
 //! - The optimizer update after a save waits until the frozen learners are given back (their
@@ -74,15 +74,13 @@ use ckpt_burn::{
     DataCursor, HeldLearner, LearnerRecords, LearnerTap, MODEL_FILE, SCHEDULER_FILE, SaveTuning,
     TrainerState, load_trainer_state, write_model_record, write_optimizer_record,
 };
-use ckpt_core::{
-    CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SessionConfig, Submitted,
-};
+use ckpt_core::{Engine, EngineConfig, FrequencyPolicy, SessionConfig};
 
 use crate::collective::{Collective, ThreadGroup};
+use crate::manager::{RankConfig, RankManager, ShardSave, ShardedRoot};
 use crate::shards::{filter_optimizer, read_full_optimizer};
 use crate::{
-    Error, ModelPart, OptimShard, Partition, Result, ShardFormat, ShardJob, ShardedSaver, Zero1,
-    agree_on_boundary, join_ranks,
+    Error, ModelPart, OptimShard, Partition, Result, ShardFormat, ShardJob, Zero1, join_ranks,
 };
 
 /// Failpoint: a rank's checkpoint thread, right before it takes Burn's records of the learner
@@ -102,7 +100,8 @@ pub struct ZeroTrainingStrategy {
     replicate: bool,
     timeout: Duration,
     root: PathBuf,
-    engine: Mutex<Option<Engine>>,
+    /// Rank 0's root, opened in `new`; taken when training starts.
+    opened: Mutex<Option<ShardedRoot>>,
     latest: Option<PathBuf>,
     resume: bool,
     overwrite: bool,
@@ -150,7 +149,8 @@ impl ZeroTrainingStrategy {
             device.autodiff()
         };
         let root = engine.root.clone();
-        let (engine, report) = Engine::open(engine)?;
+        let opened = ShardedRoot::open(engine)?;
+        let latest = opened.latest().map(Path::to_path_buf);
         Ok(Self {
             device,
             ranks,
@@ -159,8 +159,8 @@ impl ZeroTrainingStrategy {
             replicate: false,
             timeout: Duration::from_secs(600),
             root,
-            engine: Mutex::new(Some(engine)),
-            latest: report.latest.map(|c| c.path),
+            opened: Mutex::new(Some(opened)),
+            latest,
             resume: false,
             overwrite: false,
             seed: None,
@@ -272,10 +272,9 @@ struct Leader<'a, M: LearnerModel> {
 
 struct RankRun<M: LearnerModel> {
     zero: Zero1,
-    saver: Option<ShardedSaver<M>>,
+    ckpt: RankManager<M>,
     /// Reads Burn's optimizer and scheduler records of the rank's learner.
     records: LearnerTap<M>,
-    session: CheckpointSession,
     seed: u64,
     deterministic: Option<u64>,
     device: Device,
@@ -377,47 +376,32 @@ impl<M: LearnerModel> RankRun<M> {
                     .fail_on_error(l.events.process_train(LearnerEvent::ProcessedItem(item)));
             }
             let step_time = t_step.elapsed();
-            let in_flight = self.saver.as_ref().map_or(0, |s| s.in_flight());
             let stop = leader.as_ref().is_some_and(|l| l.interrupter.should_stop());
-            let zero = &mut self.zero;
+            let (step, rank, seed) = (self.step, self.rank, self.seed);
+            let cursor = DataCursor {
+                epoch: epoch as u64,
+                position: iteration as u64,
+                shuffle_seed: seed,
+            };
+            let (records, root, shard_bytes) = (&self.records, &self.root, self.shard_bytes);
             // Every rank follows rank 0's save decision and any rank's stop, at this boundary.
             let b = self
-                .session
-                .boundary(self.step, step_time, in_flight, |mut p| {
-                    p.stop |= stop;
-                    agree_on_boundary(zero.group(), p)
+                .ckpt
+                .step(step, step_time, stop, self.zero.group(), || {
+                    // The learner frozen at this step: handle clones (copy-on-write), so the
+                    // training thread goes on at once. Burn's records of it are taken on the
+                    // rank's checkpoint thread (ckpt_burn's tap).
+                    let held = HeldLearner::freeze(learner, records, shard_bytes);
+                    let root = root.clone();
+                    ShardSave::Later(Box::new(move || {
+                        fail::fail_point!(FP_BEFORE_RECORDS);
+                        let trainer = TrainerState::new(step, cursor, seed);
+                        held.take(|r| shard_job(r, rank, &root, trainer))
+                            .map_err(|e| {
+                                Error::Config(format!("step {step}: the learner's records: {e}"))
+                            })
+                    }))
                 })?;
-            if let Some(saver) = self.saver.as_mut() {
-                if b.save {
-                    let (step, rank, seed) = (self.step, self.rank, self.seed);
-                    let cursor = DataCursor {
-                        epoch: epoch as u64,
-                        position: iteration as u64,
-                        shuffle_seed: seed,
-                    };
-                    let (records, root, shard_bytes) =
-                        (&self.records, self.root.clone(), self.shard_bytes);
-                    self.session.save(saver, step, |saver, _| {
-                        // The learner frozen at this step: handle clones (copy-on-write), so
-                        // the training thread goes on at once. Burn's records of it are taken
-                        // on the rank's checkpoint thread (ckpt_burn's tap).
-                        let held = HeldLearner::freeze(learner, records, shard_bytes);
-                        let root = root.clone();
-                        saver.submit_later(step, move || {
-                            fail::fail_point!(FP_BEFORE_RECORDS);
-                            let trainer = TrainerState::new(step, cursor, seed);
-                            held.take(|r| shard_job(r, rank, &root, trainer))
-                                .map_err(|e| {
-                                    Error::Config(format!(
-                                        "step {step}: the learner's records: {e}"
-                                    ))
-                                })
-                        })?;
-                        Ok::<_, Error>(Submitted::queued(step, Duration::ZERO))
-                    })?;
-                }
-                self.session.poll(saver)?;
-            }
             if b.stop {
                 return Ok(false);
             }
@@ -483,15 +467,13 @@ fn run_rank<M: LearnerModel>(
     ) -> bool,
 ) -> Result<Learner<M>> {
     let rank = group.rank();
-    let ckpt_group = group.split()?;
-    let zero = Zero1::new(&learner.model(), group);
-    let (mut start_step, mut first_epoch, mut skip) = (0, *epochs.start(), 0);
-    if let Some(dir) = strategy.resume_dir() {
-        let (step, epoch, done) = restore_rank(dir, &mut learner, zero.partition(), rank)?;
-        (start_step, first_epoch, skip) = (step, epoch.max(1), done);
-    }
-    let session = CheckpointSession::new(SessionConfig::new(strategy.policy()));
-    let seed = match (session.enabled(), strategy.seed) {
+    let ckpt = RankManager::start(
+        RankConfig::new(&strategy.root, SessionConfig::new(strategy.policy()))
+            .shard_format(strategy.format),
+        engine,
+        group.as_mut(),
+    )?;
+    let seed = match (ckpt.enabled(), strategy.seed) {
         (_, Some(s)) => s,
         (false, None) => 0,
         (true, None) => {
@@ -502,26 +484,21 @@ fn run_rank<M: LearnerModel>(
             ));
         }
     };
-    let saver = if session.enabled() {
-        Some(ShardedSaver::start(
-            ckpt_group,
-            strategy.format,
-            strategy.root.clone(),
-            engine,
-        )?)
-    } else {
-        None
-    };
+    let zero = Zero1::new(&learner.model(), group);
     let shard_bytes = zero
         .partition()
         .owned_by(rank)
         .map(|p| p.numel() as u64 * 8)
         .sum();
+    let (mut start_step, mut first_epoch, mut skip) = (0, *epochs.start(), 0);
+    if let Some(dir) = strategy.resume_dir() {
+        let (step, epoch, done) = restore_rank(dir, &mut learner, zero.partition(), rank)?;
+        (start_step, first_epoch, skip) = (step, epoch.max(1), done);
+    }
     let mut run = RankRun {
         zero,
-        saver,
+        ckpt,
         records: LearnerTap::new(store),
-        session,
         seed,
         deterministic: strategy.deterministic,
         device: strategy.device.clone(),
@@ -531,7 +508,7 @@ fn run_rank<M: LearnerModel>(
         root: strategy.root.clone(),
         shard_bytes,
     };
-    run.session.resumed_at(start_step);
+    run.ckpt.resumed_at(start_step);
     // Burn's shuffled loaders draw a new order at every `iter()` from an RNG that starts afresh
     // in each process: replay the earlier epochs' draws (same rank count: same slices).
     if strategy.resume_dir().is_some() {
@@ -563,10 +540,7 @@ fn run_rank<M: LearnerModel>(
             break;
         }
     }
-    match run.saver {
-        Some(saver) => drop(run.session.finish(saver, ShardedSaver::close)?),
-        None => drop(run.session),
-    }
+    run.ckpt.finish()?;
     Ok(learner)
 }
 
@@ -632,26 +606,15 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
                 train.slice(r * total / n, (r + 1) * total / n)
             }
         };
-        let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner()).take();
         // A fresh run never writes into a used root (see `overwrite`).
-        if let (false, Some(newest)) = (self.resume, &self.latest) {
-            let refused = match (self.overwrite, engine.as_mut()) {
-                (true, Some(e)) => e.rewind(None).err().map(|e| e.to_string()),
-                (true, None) => None,
-                (false, _) => Some(format!(
-                    "{} already holds checkpoints of an earlier run (newest {}) and this run \
-                     does not resume: continue it with ZeroTrainingStrategy::resume_latest(), or \
-                     start over with overwrite(true), which moves them aside to .rewound-*, or \
-                     use another directory",
-                    self.root.display(),
-                    newest.display()
-                )),
-            };
-            if let Some(reason) = refused {
-                interrupter.fail(CheckpointerError::Unknown(reason));
-                return (learner.model(), event_processor);
-            }
+        if let Some(root) = opened.as_mut()
+            && let Err(e) = root.settle(self.resume, self.overwrite)
+        {
+            interrupter.fail(CheckpointerError::Unknown(e.to_string()));
+            return (learner.model(), event_processor);
         }
+        let engine = opened.map(ShardedRoot::into_engine);
         let mut groups = ThreadGroup::new(n, self.timeout).into_iter();
         let epochs = starting_epoch..=num_epochs;
         let outcome: Result<Learner<M>> = std::thread::scope(|s| {

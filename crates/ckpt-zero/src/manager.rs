@@ -1,0 +1,448 @@
+//! [`RankManager`]: one ZeRO-1 rank's checkpointing, the sharded counterpart of
+//! [`ckpt_burn::CheckpointManager`]. The example trainer's ZeRO loop (rank threads and MPI
+//! processes) and [`crate::strategy::ZeroTrainingStrategy`] both go through it.
+//!
+//! Before the ranks start, rank 0 opens the root ([`ShardedRoot`]: the writer lock, start-up
+//! recovery, the used-root policy and, with an object-store tier, a newer valid remote
+//! checkpoint restored into the root). Then every rank starts a [`RankManager`] over its
+//! training group, which splits the checkpoint group (and, with a tier, the upload group) off
+//! it. At each optimizer-step boundary [`RankManager::step`] agrees with the other ranks on
+//! rank 0's save decision and on any rank's stop request ([`crate::agree_on_boundary`]), hands
+//! this rank's part of the checkpoint to its checkpoint thread ([`ShardedSaver`]) when they
+//! save, and returns the failure of an earlier save. [`RankManager::finish`] waits for every
+//! save and upload and returns what they cost.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use ckpt_core::session::{Boundary, SaveMemory};
+use ckpt_core::{
+    CheckpointSession, Engine, EngineConfig, SaveEvent, SaveTarget, SessionConfig, SessionReport,
+    Submitted,
+};
+
+use crate::collective::Collective;
+use crate::{Error, Result, ShardFormat, ShardJob, ShardedSaver, agree_on_boundary};
+
+pub use ckpt_burn::UploadRecord;
+
+/// Rank 0's checkpoint root, opened before the ranks start (see the module docs).
+#[derive(Debug)]
+pub struct ShardedRoot {
+    engine: Engine,
+    latest: Option<PathBuf>,
+    remote: Option<String>,
+}
+
+impl ShardedRoot {
+    /// Opens `config`'s root: takes its writer lock (a second process gets a clear error) and
+    /// runs start-up recovery (stale temporary data removed, invalid checkpoints moved aside,
+    /// each a warning naming it).
+    pub fn open(config: EngineConfig) -> Result<Self> {
+        let (engine, report) = Engine::open(config)?;
+        Ok(Self {
+            engine,
+            latest: report.latest.map(|c| c.path),
+            remote: None,
+        })
+    }
+
+    /// The root's directory.
+    pub fn root(&self) -> &Path {
+        self.engine.root()
+    }
+
+    /// The newest valid checkpoint of the root (after [`Self::restore_from`], the one it
+    /// restored).
+    pub fn latest(&self) -> Option<&Path> {
+        self.latest.as_deref()
+    }
+
+    /// The object-store URL of the checkpoint [`Self::restore_from`] restored, if it did.
+    pub fn restored_from(&self) -> Option<&str> {
+        self.remote.as_deref()
+    }
+
+    /// For a resume with an object-store tier: restores the newest valid checkpoint of
+    /// `remote` into the root when no valid local checkpoint is as new (a warning says so).
+    #[cfg(feature = "remote")]
+    pub fn restore_from(&mut self, remote: &ckpt_remote::Remote) -> Result<()> {
+        let local = self
+            .latest
+            .as_deref()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .and_then(ckpt_core::layout::parse_step_dir);
+        if let Some(r) = remote.restore_newest(&mut self.engine, local)? {
+            let from = format!(
+                "{}/{}",
+                remote.url(),
+                ckpt_core::layout::checkpoint_dir_name(r.step)
+            );
+            tracing::warn!(
+                step = r.step,
+                local = ?local,
+                "restored the checkpoint from {from}: no valid local checkpoint is as new"
+            );
+            self.latest = Some(r.event.path);
+            self.remote = Some(from);
+        }
+        Ok(())
+    }
+
+    /// Makes the root ready for the run and returns the checkpoint its ranks resume from:
+    /// with `resume`, the newest valid one (none in an empty root). A run that does not resume
+    /// is refused in a root holding checkpoints ([`Error::UsedRoot`], before any training),
+    /// unless `overwrite` moves them aside to `ROOT/.rewound-*` (a warning says so).
+    pub fn settle(&mut self, resume: bool, overwrite: bool) -> Result<Option<PathBuf>> {
+        if resume {
+            return Ok(self.latest.clone());
+        }
+        let Some(newest) = &self.latest else {
+            return Ok(None);
+        };
+        if !overwrite {
+            return Err(Error::UsedRoot {
+                root: self.engine.root().to_path_buf(),
+                newest: newest.clone(),
+            });
+        }
+        let moved = self.engine.rewind(None)?;
+        tracing::warn!(
+            moved = moved.len(),
+            "starting over: the checkpoints already in {} were moved aside to .rewound-*",
+            self.engine.root().display()
+        );
+        self.latest = None;
+        Ok(None)
+    }
+
+    /// The engine, for rank 0's [`RankManager::start`].
+    pub fn into_engine(self) -> Engine {
+        self.engine
+    }
+}
+
+/// Settings of a [`RankManager`], the same on every rank.
+#[derive(Debug, Clone)]
+pub struct RankConfig {
+    root: PathBuf,
+    session: SessionConfig,
+    format: ShardFormat,
+    need: Option<SaveMemory>,
+    #[cfg(feature = "remote")]
+    upload: Option<ckpt_remote::Remote>,
+}
+
+impl RankConfig {
+    /// Checkpoints under `root` as `session` decides (frequency, last step, stop requests,
+    /// what a failed save does, the memory budget), optimizer shards consolidated.
+    pub fn new(root: impl Into<PathBuf>, session: SessionConfig) -> Self {
+        Self {
+            root: root.into(),
+            session,
+            format: ShardFormat::Consolidated,
+            need: None,
+            #[cfg(feature = "remote")]
+            upload: None,
+        }
+    }
+
+    /// How optimizer shards are written (default: consolidated).
+    pub fn shard_format(mut self, format: ShardFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// What a save holds in memory on this rank until it is written, for the session's
+    /// memory budget (default: not counted; every save goes to the background).
+    pub fn save_memory(mut self, need: SaveMemory) -> Self {
+        self.need = Some(need);
+        self
+    }
+
+    /// Upload this rank's part of every published checkpoint to `remote` in the background;
+    /// rank 0 publishes it there once every part is up, and [`RankManager::finish`] waits for
+    /// the uploads.
+    #[cfg(feature = "remote")]
+    pub fn upload_to(mut self, remote: ckpt_remote::Remote) -> Self {
+        self.upload = Some(remote);
+        self
+    }
+}
+
+/// This rank's part of a checkpoint, handed to [`RankManager::step`].
+pub enum ShardSave<M> {
+    /// Built on the training thread.
+    Now(ShardJob<M>),
+    /// Built on the rank's checkpoint thread (for example from Burn's records of a frozen
+    /// learner), in the order of the saves.
+    Later(Box<dyn FnOnce() -> Result<ShardJob<M>> + Send>),
+}
+
+/// What a rank's checkpointing did, from [`RankManager::finish`].
+#[derive(Debug, Clone, Default)]
+pub struct RankReport {
+    /// The saves (on rank 0 they cover whole checkpoints): stalls, persist times, failures.
+    pub session: SessionReport,
+    /// The uploads this rank made to the object-store tier (empty without one).
+    pub uploads: Vec<UploadRecord>,
+}
+
+/// One ZeRO-1 rank's checkpointing (see the module docs).
+pub struct RankManager<M> {
+    session: CheckpointSession,
+    target: Option<RankTarget<M>>,
+    need: Option<SaveMemory>,
+}
+
+impl<M> std::fmt::Debug for RankManager<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RankManager")
+            .field("enabled", &self.session.enabled())
+            .field("published", &self.session.published())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Module + 'static> RankManager<M> {
+    /// Starts this rank's checkpointing: splits the checkpoint group off `group` (then, with
+    /// an object-store tier, the upload group), so every rank must call it at the same point
+    /// of its collective calls. `engine` is rank 0's ([`ShardedRoot::into_engine`]; `None` on
+    /// the others).
+    pub fn start(
+        config: RankConfig,
+        engine: Option<Engine>,
+        group: &mut dyn Collective,
+    ) -> Result<Self> {
+        let ckpt_group = group.split()?;
+        #[cfg(feature = "remote")]
+        let uploader = match config.upload {
+            Some(remote) => Some(crate::upload::ShardUploader::start(group.split()?, remote)?),
+            None => None,
+        };
+        let session = CheckpointSession::new(config.session);
+        let target = if session.enabled() {
+            #[cfg(feature = "remote")]
+            let hook = uploader.as_ref().map(|u| u.after_publish());
+            #[cfg(not(feature = "remote"))]
+            let hook = None;
+            Some(RankTarget {
+                saver: ShardedSaver::start_with(
+                    ckpt_group,
+                    config.format,
+                    config.root,
+                    engine,
+                    hook,
+                )?,
+                #[cfg(feature = "remote")]
+                uploader,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            session,
+            target,
+            need: config.need,
+        })
+    }
+
+    /// Whether this run checkpoints at all.
+    pub fn enabled(&self) -> bool {
+        self.session.enabled()
+    }
+
+    /// The run resumed from the checkpoint of `step`: the next save counts from there.
+    pub fn resumed_at(&mut self, step: u64) {
+        self.session.resumed_at(step);
+    }
+
+    /// Checkpoints published so far (on rank 0: whole checkpoints).
+    pub fn published(&self) -> usize {
+        self.session.published()
+    }
+
+    /// This rank's saves being persisted now.
+    pub fn in_flight(&self) -> usize {
+        self.target.as_ref().map_or(0, |t| t.saver.in_flight())
+    }
+
+    /// After optimizer step `step` (it took `took`): agrees over the training `group` with
+    /// the other ranks on rank 0's save decision and on any rank's stop request (`stop`: this
+    /// rank asks to stop here), hands `part()` to the checkpoint thread when they save, and
+    /// returns the failure of an earlier save. Every rank calls it at every step, whether
+    /// checkpointing is on or not; the loop ends after a step whose [`Boundary::stop`] is set.
+    pub fn step(
+        &mut self,
+        step: u64,
+        took: Duration,
+        stop: bool,
+        group: &mut dyn Collective,
+        part: impl FnOnce() -> ShardSave<M>,
+    ) -> Result<Boundary> {
+        let b = self
+            .session
+            .boundary(step, took, self.in_flight(), |mut p| {
+                p.stop |= stop;
+                agree_on_boundary(group, p)
+            })?;
+        let Some(target) = self.target.as_mut() else {
+            return Ok(b);
+        };
+        if b.save {
+            let need = self.need;
+            let mut part = Some(part);
+            self.session.save(target, step, |t, gate| {
+                let route = need.map(|n| gate.route(n, step));
+                let Some(part) = part.take() else {
+                    return Err(Error::Config(format!(
+                        "step {step}: the save was asked for its part twice"
+                    )));
+                };
+                let t0 = Instant::now();
+                match part() {
+                    ShardSave::Now(job) => t.saver.submit(job)?,
+                    ShardSave::Later(build) => t.saver.submit_later(step, build)?,
+                }
+                let mut submitted = Submitted::queued(step, t0.elapsed());
+                if let Some(route) = route {
+                    submitted.route = route;
+                }
+                Ok(submitted)
+            })?;
+        }
+        self.session.poll(target)?;
+        Ok(b)
+    }
+
+    /// Waits for every save and upload of this rank, stops its threads and returns what
+    /// they cost, or the first background failure.
+    pub fn finish(self) -> Result<RankReport> {
+        let Self {
+            session, target, ..
+        } = self;
+        match target {
+            Some(t) => {
+                let uploads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+                let slot = uploads.clone();
+                let session = session.finish(t, move |t| {
+                    let (events, up) = t.close()?;
+                    if let Ok(mut u) = slot.lock() {
+                        *u = up;
+                    }
+                    Ok(events)
+                })?;
+                let uploads = uploads
+                    .lock()
+                    .map(|mut u| std::mem::take(&mut *u))
+                    .unwrap_or_default();
+                Ok(RankReport { session, uploads })
+            }
+            None => Ok(RankReport {
+                session: session.finish(NoSaves, |_| Ok(Vec::new()))?,
+                uploads: Vec::new(),
+            }),
+        }
+    }
+}
+
+/// A rank's save target: its sharded saver and the object-store tier behind it, whose
+/// failures come back like the saver's.
+struct RankTarget<M> {
+    saver: ShardedSaver<M>,
+    #[cfg(feature = "remote")]
+    uploader: Option<crate::upload::ShardUploader>,
+}
+
+impl<M: Module + 'static> RankTarget<M> {
+    /// Returns the first upload failure as an error (finished uploads are all reported
+    /// by `close`).
+    fn uploaded(&mut self) -> Result<()> {
+        #[cfg(feature = "remote")]
+        if let Some(up) = &mut self.uploader {
+            up.poll()?;
+        }
+        Ok(())
+    }
+
+    /// Closes the saver (every save published), then waits for every upload: the saves'
+    /// events and every upload of the run.
+    fn close(self) -> Result<(Vec<SaveEvent>, Vec<UploadRecord>)> {
+        #[cfg(feature = "remote")]
+        let Self {
+            saver, uploader, ..
+        } = self;
+        #[cfg(not(feature = "remote"))]
+        let Self { saver, .. } = self;
+        let events = saver.close()?;
+        #[cfg(feature = "remote")]
+        let uploads = match uploader {
+            Some(up) => up.finish()?.iter().map(upload_record).collect(),
+            None => Vec::new(),
+        };
+        #[cfg(not(feature = "remote"))]
+        let uploads = Vec::new();
+        Ok((events, uploads))
+    }
+}
+
+/// The report's record of a finished upload.
+#[cfg(feature = "remote")]
+fn upload_record(u: &ckpt_remote::Uploaded) -> UploadRecord {
+    UploadRecord {
+        step: u.step,
+        bytes: u.bytes,
+        ms: u.elapsed.as_secs_f64() * 1e3,
+    }
+}
+
+impl<M: Module + 'static> SaveTarget for RankTarget<M> {
+    type Error = Error;
+    fn in_flight(&self) -> usize {
+        self.saver.in_flight()
+    }
+    fn poll(&mut self) -> Result<Vec<SaveEvent>> {
+        let events = SaveTarget::poll(&mut self.saver)?;
+        self.uploaded()?;
+        Ok(events)
+    }
+    fn wait_idle(&mut self) -> Result<Vec<SaveEvent>> {
+        let events = SaveTarget::wait_idle(&mut self.saver)?;
+        self.uploaded()?;
+        Ok(events)
+    }
+    fn blocked_total(&self) -> Duration {
+        self.saver.blocked_total()
+    }
+    // Every rank writes its shard; what the ranks hold is not counted.
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// The target of a run without checkpoints.
+struct NoSaves;
+
+impl SaveTarget for NoSaves {
+    type Error = Error;
+    fn in_flight(&self) -> usize {
+        0
+    }
+    fn poll(&mut self) -> Result<Vec<SaveEvent>> {
+        Ok(Vec::new())
+    }
+    fn wait_idle(&mut self) -> Result<Vec<SaveEvent>> {
+        Ok(Vec::new())
+    }
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+    fn wait_held_at_most(&mut self, _limit: u64) -> Result<bool> {
+        Ok(false)
+    }
+}
