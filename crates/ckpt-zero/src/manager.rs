@@ -271,7 +271,8 @@ impl<M: Module + 'static> RankManager<M> {
 
     /// After optimizer step `step` (it took `took`): agrees over the training `group` with
     /// the other ranks on rank 0's save decision and on any rank's stop request (`stop`: this
-    /// rank asks to stop here), hands `part()` to the checkpoint thread when they save, and
+    /// rank asks to stop here), hands `part()` to the checkpoint thread when they save (it is
+    /// called again when the first submit returned an earlier save's failure), and
     /// returns the failure of an earlier save. Every rank calls it at every step, whether
     /// checkpointing is on or not; the loop ends after a step whose [`Boundary::stop`] is set.
     pub fn step(
@@ -280,7 +281,7 @@ impl<M: Module + 'static> RankManager<M> {
         took: Duration,
         stop: bool,
         group: &mut dyn Collective,
-        part: impl FnOnce() -> ShardSave<M>,
+        mut part: impl FnMut() -> ShardSave<M>,
     ) -> Result<Boundary> {
         let b = self
             .session
@@ -293,14 +294,8 @@ impl<M: Module + 'static> RankManager<M> {
         };
         if b.save {
             let need = self.need;
-            let mut part = Some(part);
             self.session.save(target, step, |t, gate| {
                 let route = need.map(|n| gate.route(n, step));
-                let Some(part) = part.take() else {
-                    return Err(Error::Config(format!(
-                        "step {step}: the save was asked for its part twice"
-                    )));
-                };
                 let t0 = Instant::now();
                 match part() {
                     ShardSave::Now(job) => t.saver.submit(job)?,
@@ -310,7 +305,7 @@ impl<M: Module + 'static> RankManager<M> {
                 if let Some(route) = route {
                     submitted.route = route;
                 }
-                Ok(submitted)
+                Ok::<_, Error>(submitted)
             })?;
         }
         self.session.poll(target)?;
