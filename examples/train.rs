@@ -134,6 +134,7 @@ enum BackendArg {
 const TUNING: &str = "Tuning (for benchmarks)";
 const OBJECT_STORE: &str = "Object-store tier";
 const ZERO: &str = "ZeRO-1 data parallel";
+const MEMORY_TIER: &str = "Memory tier (ZeRO ranks)";
 
 /// Train a small MLP with non-stalling, crash-safe checkpoints.
 ///
@@ -258,6 +259,29 @@ struct Args {
     /// Where ranks run: threads of this process, or one MPI process each (`mpirun -n N`).
     #[arg(help_heading = ZERO, long, value_enum, default_value_t = Dist::Threads)]
     dist: Dist,
+    /// Also keep each rank's newest steps in this node-local directory (tmpfs, for example
+    /// /dev/shm/RUN), replicated to peer ranks on other nodes; --resume then restores the
+    /// newest step every rank has there when it is newer than the disk's. `{node}` in it is
+    /// replaced by the node index, to simulate nodes on one machine.
+    #[arg(help_heading = MEMORY_TIER, long, value_name = "DIR")]
+    memory_tier: Option<PathBuf>,
+    /// Steps between two memory-tier saves.
+    #[arg(help_heading = MEMORY_TIER, long, value_name = "N", default_value_t = 1)]
+    memory_every: u64,
+    /// Peer ranks on other nodes that keep a replica of each rank's part.
+    #[arg(help_heading = MEMORY_TIER, long, value_name = "N", default_value_t = 1)]
+    replicas: usize,
+    /// Ranks per node (default: the launcher's, OMPI_COMM_WORLD_LOCAL_SIZE or
+    /// SLURM_NTASKS_PER_NODE; with --ranks threads, all ranks on one node).
+    #[arg(help_heading = MEMORY_TIER, long, value_name = "N")]
+    ranks_per_node: Option<usize>,
+}
+
+/// Ranks per node from the launcher's environment (Open MPI's `mpirun`, then Slurm).
+fn launcher_ranks_per_node() -> Option<usize> {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -292,6 +316,17 @@ fn run_zero(
         ShardFormatArg::PerRank => ShardFormat::PerRank,
     };
     z.replicate_data = args.replicate_data;
+    if let Some(dir) = &args.memory_tier {
+        let per_node = args
+            .ranks_per_node
+            .or_else(|| (args.dist == Dist::Mpi).then(launcher_ranks_per_node).flatten())
+            .unwrap_or(args.ranks);
+        z.memory_tier = Some(
+            burn_ckpt::ckpt_zero::MemoryTier::new(dir, args.memory_every)
+                .replicas(args.replicas)
+                .ranks_per_node(per_node),
+        );
+    }
     match args.dist {
         Dist::Threads => conclude(
             0,
@@ -521,6 +556,8 @@ fn main_inner(args: Args) -> anyhow::Result<u8> {
     };
     if args.ranks > 1 || args.dist == Dist::Mpi {
         run_zero(&args, &cfg, &mut on_step, conclude)
+    } else if args.memory_tier.is_some() {
+        bail!("--memory-tier keeps ZeRO ranks' parts: give --ranks N (N > 1) or --dist mpi")
     } else {
         conclude(0, run(&cfg, &mut on_step).context("training failed")?)
     }
@@ -640,10 +677,29 @@ fn conclude(
                     .resumed_from_remote
                     .as_ref()
                     .map(|u| format!(", downloaded from {u}"))
+                    .or_else(|| report
+                        .resumed_from_memory
+                        .as_ref()
+                        .map(|m| format!(", memory tier: rank 0 from {m}")))
                     .unwrap_or_default()
             ))
             .unwrap_or_default()
     );
+    if let Some(m) = &report.memory_tier {
+        let mut ms = m.save_ms.clone();
+        ms.sort_by(f64::total_cmp);
+        let median = ms.get(ms.len() / 2).copied().unwrap_or(0.0);
+        eprintln!(
+            "memory tier: {} saves whole (newest step {}), {} skipped while one ran, {} not \
+             whole; median {median:.1} ms each; peak {:.1} MB on rank 0{}",
+            m.saved,
+            m.newest.map_or("-".into(), |s| s.to_string()),
+            m.skipped,
+            m.failed,
+            m.peak_bytes as f64 / 1e6,
+            if m.off { "; OFF after a failure" } else { "" }
+        );
+    }
     if !report.uploads.is_empty() {
         let bytes: u64 = report.uploads.iter().map(|u| u.bytes).sum();
         eprintln!(

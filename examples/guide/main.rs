@@ -10,6 +10,7 @@ mod configuration;
 mod custom_loop;
 mod design;
 mod learner;
+mod memory_tier;
 mod object_store;
 mod performance;
 mod preemption;

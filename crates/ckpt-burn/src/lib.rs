@@ -54,7 +54,7 @@ pub use manager::{CheckpointManager, ManagerConfig, ManagerReport, ResumedFrom, 
 pub use param_ids::{assign_param_ids, step_seed};
 pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
 pub use restore::{
-    Restored, latest_valid, load_model, load_optimizer, load_scheduler, load_trainer_state,
+    Restored, latest_valid, load_model, load_model_bytes, load_optimizer, load_scheduler, load_trainer_state,
     read_verified_parts, restore, restore_latest,
 };
 pub use stage::STAGE_FAILPOINT;

@@ -121,6 +121,12 @@ pub fn load_model<M: Module>(dir: &Path, model: M) -> Result<M> {
     apply_model(&dir.join(MODEL_FILE), bytes, model)
 }
 
+/// Loads a model record from `bytes`, read from `path` (named in errors): for a model that
+/// came over a collective rather than from a checkpoint directory.
+pub fn load_model_bytes<M: Module>(path: &Path, bytes: Vec<u8>, model: M) -> Result<M> {
+    apply_model(path, Bytes::from_bytes_vec(bytes), model)
+}
+
 /// Loads `optim.bpk` from checkpoint `dir` into `optim`. Load the model first.
 pub fn load_optimizer(dir: &Path, optim: ModuleOptimizer) -> Result<ModuleOptimizer> {
     let path = dir.join(OPTIM_FILE);

@@ -239,6 +239,11 @@ pub struct DemoReport {
     /// The object-store URL `resumed_from` was downloaded from, when the resume fell back to
     /// the remote copy.
     pub resumed_from_remote: Option<String>,
+    /// Where a ZeRO rank's resume came from when it was the memory tier (its own part, or a
+    /// peer's replica); `None` for a disk checkpoint.
+    pub resumed_from_memory: Option<String>,
+    /// What the memory tier did (ZeRO runs with one).
+    pub memory_tier: Option<ckpt_zero::MemoryTierReport>,
     /// Finished uploads (`--upload-to`).
     pub uploads: Vec<crate::UploadRecord>,
     /// Loss of the last step.

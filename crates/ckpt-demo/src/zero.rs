@@ -19,15 +19,12 @@ use std::{
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::optim::GradientsParams;
 use burn::tensor::Bytes;
-use ckpt_burn::{
-    DataCursor, TrainerState, load_model, load_scheduler, load_trainer_state, mix_seed,
-    save_memory, step_seed,
-};
+use ckpt_burn::{DataCursor, TrainerState, load_model, mix_seed, save_memory, step_seed};
 use ckpt_core::Engine;
 use ckpt_zero::collective::{Collective, ThreadGroup};
-use ckpt_zero::shards::{filter_optimizer, read_full_optimizer};
 use ckpt_zero::{
-    RankConfig, RankManager, ShardFormat, ShardJob, ShardSave, ShardedRoot, Zero1, join_ranks,
+    MemoryTier, RankConfig, RankManager, RestoreSource, ShardFormat, ShardJob, ShardSave,
+    ShardedRoot, Zero1, join_ranks,
 };
 
 use crate::model::{optimizer, scheduler};
@@ -49,6 +46,8 @@ pub struct ZeroConfig {
     pub replicate_data: bool,
     /// Deadline of every collective call.
     pub timeout: Duration,
+    /// Also keep the newest steps in a node-local memory tier replicated to peer ranks.
+    pub memory_tier: Option<MemoryTier>,
 }
 
 impl ZeroConfig {
@@ -60,6 +59,7 @@ impl ZeroConfig {
             shard_format: ShardFormat::Consolidated,
             replicate_data: true,
             timeout: Duration::from_secs(60),
+            memory_tier: None,
         }
     }
 
@@ -243,44 +243,6 @@ fn run_rank(
     };
     let mut start = 0;
     let partition = ckpt_zero::Partition::of(&model, world);
-    match (d.resume, &latest) {
-        (true, Some(dir)) => {
-            model = load_model(dir, model)?;
-            let full = read_full_optimizer(dir)?;
-            let mine = filter_optimizer(&dir.display().to_string(), full, |id| {
-                partition.owns(rank, id)
-            })?;
-            optim = optim.from_bytes(Bytes::from_bytes_vec(mine)).map_err(|e| {
-                ckpt_zero::Error::Shard {
-                    file: dir.join(ckpt_burn::OPTIM_FILE),
-                    reason: e.to_string(),
-                }
-            })?;
-            sched = load_scheduler(dir, sched)?;
-            let t = load_trainer_state(dir)?;
-            if t.base_seed != d.seed {
-                return Err(Error::Config(format!(
-                    "{} was written with --seed {}, not {}",
-                    dir.display(),
-                    t.base_seed,
-                    d.seed
-                )));
-            }
-            loader.set_cursor(DataCursor {
-                shuffle_seed,
-                ..t.cursor
-            })?;
-            start = t.step;
-            report.resumed_from = Some(dir.clone());
-            report.resumed_from_remote = from_remote;
-        }
-        _ => {
-            if let Some(init) = &d.init_from {
-                model = load_model(init, model)?;
-            }
-        }
-    }
-    report.start_step = start;
 
     // What a save holds in memory on this rank: the model (rank 0 writes it) and the AdamW
     // moments of the parameters this rank owns.
@@ -290,15 +252,64 @@ fn run_rank(
         0
     };
     let need = save_memory(model_bytes, Some(2 * param_bytes(partition.owned_by(rank))));
-    // The checkpoint group, then the upload group (`--upload-to`): split off the training
-    // group first, in the same order on every rank.
+    // The checkpoint group, then the upload group (`--upload-to`), then the memory tier's:
+    // split off the training group first, in the same order on every rank.
     let mut config = RankConfig::new(&d.dir, d.session_config())
         .shard_format(cfg.shard_format)
         .save_memory(need);
     if let Some(remote) = tier::remote(d)? {
         config = tier::upload_shards(config, remote);
     }
+    if let Some(t) = &cfg.memory_tier {
+        config = config.memory_tier(t.clone());
+    }
     let mut ckpt = RankManager::start(config, engine, group.as_mut())?;
+    let restore = if d.resume {
+        ckpt.resume_from(latest)?
+    } else {
+        None
+    };
+    match restore {
+        Some(mut from) => {
+            model = from.load_model(model)?;
+            let mine = from.optimizer_shard(&partition, rank)?;
+            optim = optim.from_bytes(Bytes::from_bytes_vec(mine)).map_err(|e| {
+                ckpt_zero::Error::Shard {
+                    file: from.dir().to_path_buf(),
+                    reason: e.to_string(),
+                }
+            })?;
+            sched = from.load_scheduler(sched)?;
+            let t = from.trainer_state()?;
+            if t.base_seed != d.seed {
+                return Err(Error::Config(format!(
+                    "{} was written with --seed {}, not {}",
+                    from.dir().display(),
+                    t.base_seed,
+                    d.seed
+                )));
+            }
+            loader.set_cursor(DataCursor {
+                shuffle_seed,
+                ..t.cursor
+            })?;
+            start = t.step;
+            report.resumed_from = Some(from.dir().to_path_buf());
+            report.resumed_from_remote = from_remote;
+            report.resumed_from_memory = match from.source() {
+                RestoreSource::Disk => None,
+                RestoreSource::OwnMemory => Some("its own part".into()),
+                RestoreSource::PeerReplica { from } => Some(format!("the replica on rank {from}")),
+            };
+        }
+        None => {
+            if let Some(init) = &d.init_from {
+                model = load_model(init, model)?;
+            }
+        }
+    }
+    report.start_step = start;
+
     ckpt.resumed_at(start);
     let mut zero = Zero1::new(&model, group);
     let mse = MseLoss::new();
@@ -358,6 +369,7 @@ fn run_rank(
     let done = ckpt.finish()?;
     report.absorb(done.session);
     report.uploads = done.uploads;
+    report.memory_tier = done.memory;
     report.final_step = final_step;
     report.wall_s = wall.elapsed().as_secs_f64();
     Ok(report)

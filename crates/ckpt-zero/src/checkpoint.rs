@@ -113,7 +113,7 @@ impl From<ModuleOptimizer> for OptimShard {
 impl OptimShard {
     /// Writes the shard into `sink` as canonical burnpack bytes (a record through a scratch
     /// file, for a checkpoint under `root`); returns the bytes written.
-    fn write(self, root: &Path, step: u64, sink: &mut dyn Write) -> Result<u64> {
+    pub(crate) fn write(self, root: &Path, step: u64, sink: &mut dyn Write) -> Result<u64> {
         let bytes = match self {
             OptimShard::Record { record, bytes } => {
                 return Ok(write_optimizer_record(record, bytes, root, step, sink)?);
@@ -158,6 +158,28 @@ pub enum ModelPart<M> {
     Encoded(Vec<u8>),
 }
 
+impl<M: Module + 'static> ModelPart<M> {
+    /// Adds the model to `snap` as `model.bpk`, encoded when the snapshot is written (a record
+    /// through a scratch file under `root`, named for `step`).
+    pub(crate) fn add_to(self, snap: Snapshot, root: &Path, step: u64) -> Snapshot {
+        match self {
+            ModelPart::Encoded(bytes) => snap.with_bytes(MODEL_FILE, bytes),
+            ModelPart::Live(model) => snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
+                let bytes = model.into_record().into_bytes()?;
+                sink.write_all(&bytes)?;
+                Ok(())
+            }),
+            ModelPart::Record { record, bytes } => {
+                let root = root.to_path_buf();
+                snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
+                    write_model_record(record, bytes, &root, step, sink)?;
+                    Ok(())
+                })
+            }
+        }
+    }
+}
+
 impl<M: Module> From<M> for ModelPart<M> {
     fn from(m: M) -> Self {
         ModelPart::Live(m)
@@ -177,10 +199,10 @@ pub struct ShardJob<M> {
 }
 
 /// Builds a rank's [`ShardJob`] on its checkpoint thread (see [`ShardedSaver::submit_later`]).
-type BuildShardJob<M> = Box<dyn FnOnce() -> Result<ShardJob<M>> + Send>;
+pub(crate) type BuildShardJob<M> = Box<dyn FnOnce() -> Result<ShardJob<M>> + Send>;
 
 /// What a rank hands its checkpoint thread.
-enum Job<M> {
+pub(crate) enum Job<M> {
     /// Captured whole on the training thread.
     Ready(ShardJob<M>),
     /// Step `.0`'s job, built on the checkpoint thread.
@@ -188,10 +210,18 @@ enum Job<M> {
 }
 
 impl<M> Job<M> {
-    fn step(&self) -> u64 {
+    pub(crate) fn step(&self) -> u64 {
         match self {
             Job::Ready(j) => j.trainer.step,
             Job::Later(step, _) => *step,
+        }
+    }
+
+    /// The job's [`ShardJob`], built now where it was handed over as a closure.
+    pub(crate) fn build(self) -> Result<ShardJob<M>> {
+        match self {
+            Job::Ready(job) => Ok(job),
+            Job::Later(_, build) => build(),
         }
     }
 }
@@ -512,10 +542,7 @@ impl Worker {
     fn save<M: Module + 'static>(&mut self, job: Job<M>) -> Result<ShardOutcome> {
         let step = job.step();
         let t0 = Instant::now();
-        let job = match job {
-            Job::Ready(job) => Ok(job),
-            Job::Later(_, build) => build(),
-        };
+        let job = job.build();
         // `NotPublished` comes after every rank agreed on the outcome; any other error left
         // the ranks out of step (a rank gone, a timeout, this thread failing before the
         // collective calls of the save).
@@ -635,23 +662,7 @@ impl Worker {
         let snap = Snapshot::new(trainer.step)
             .with_epoch(trainer.epoch)
             .with_layout(world, self.format.layout());
-        let (root, step) = (self.root.clone(), trainer.step);
-        let snap = match model {
-            ModelPart::Encoded(bytes) => snap.with_bytes(MODEL_FILE, bytes),
-            ModelPart::Live(model) => {
-                snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
-                    let bytes = model.into_record().into_bytes()?;
-                    sink.write_all(&bytes)?;
-                    Ok(())
-                })
-            }
-            ModelPart::Record { record, bytes } => {
-                snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
-                    write_model_record(record, bytes, &root, step, sink)?;
-                    Ok(())
-                })
-            }
-        };
+        let snap = model.add_to(snap, &self.root, trainer.step);
         Ok(snap
             .with_bytes(SCHEDULER_FILE, encode_scheduler(scheduler)?)
             .with_bytes(TRAINER_FILE, trainer.to_bytes()))

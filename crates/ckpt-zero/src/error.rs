@@ -24,6 +24,23 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The run id in a checkpoint root could not be read or written.
+    #[error("run id {}: {reason}", path.display())]
+    RunId {
+        /// The run-id file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The node-local memory tier failed: a part could not be written, read, replicated or
+    /// restored (the path names the tier directory or checkpoint at fault).
+    #[error("memory tier: {}: {reason}", path.display())]
+    Tier {
+        /// The tier directory or checkpoint at fault.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A tensor could not be moved between the device and the collective.
     #[error("parameter {param}: {reason}")]
     Tensor {

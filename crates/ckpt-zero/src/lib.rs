@@ -8,6 +8,9 @@
 //! - [`RankManager`]: one rank's checkpointing (the root, the per-step decision agreed by
 //!   every rank, the sharded saves, the object-store tier, the report), which every ZeRO loop
 //!   goes through.
+//! - [`MemoryTier`]: a node-local memory tier (tmpfs) whose parts are replicated to peer ranks
+//!   on other nodes; recovery ([`RankManager::resume_from`], [`RankRestore`]) picks the newest
+//!   step every rank can restore across the tiers.
 //! - [`ShardedSaver`]: every rank snapshots its shard at the same step; a background thread moves
 //!   it over a dedicated checkpoint group and rank 0 publishes, consolidated or per rank.
 //! - [`shards`]: merge and split optimizer records, so a checkpoint written by N ranks loads on M.
@@ -20,8 +23,11 @@ pub mod checkpoint;
 pub mod collective;
 mod error;
 pub mod manager;
+pub mod memory_tier;
 pub mod partition;
 pub mod ranks;
+pub mod restore;
+pub mod run_id;
 pub mod shards;
 pub mod strategy;
 #[cfg(feature = "remote")]
@@ -33,6 +39,8 @@ pub use checkpoint::{
 };
 pub use error::{Error, Result};
 pub use manager::{RankConfig, RankManager, RankReport, ShardSave, ShardedRoot};
+pub use memory_tier::{MemoryTier, MemoryTierReport};
 pub use partition::{ParamInfo, Partition, float_params};
 pub use ranks::{agree_on_boundary, join_ranks};
+pub use restore::{RankRestore, RestoreSource};
 pub use zero::Zero1;

@@ -22,8 +22,11 @@ use ckpt_core::{
     Submitted,
 };
 
+use crate::checkpoint::Job;
 use crate::collective::Collective;
-use crate::{Error, Result, ShardFormat, ShardJob, ShardedSaver, agree_on_boundary};
+use crate::memory_tier::{MemoryTier, MemoryTierReport, TierSaver};
+use crate::restore::RankRestore;
+use crate::{Error, Result, ShardFormat, ShardJob, ShardedSaver, agree_on_boundary, run_id};
 
 pub use ckpt_burn::UploadRecord;
 
@@ -95,11 +98,15 @@ impl ShardedRoot {
     /// with `resume`, the newest valid one (none in an empty root). A run that does not resume
     /// is refused in a root holding checkpoints ([`Error::UsedRoot`], before any training),
     /// unless `overwrite` moves them aside to `ROOT/.rewound-*` (a warning says so).
+    ///
+    /// A run that does not resume also gets a new run id (`ROOT/.run-id`,
+    /// [`crate::run_id`]), so a memory tier left by an earlier run is never read.
     pub fn settle(&mut self, resume: bool, overwrite: bool) -> Result<Option<PathBuf>> {
         if resume {
             return Ok(self.latest.clone());
         }
         let Some(newest) = &self.latest else {
+            run_id::start_new(self.engine.root())?;
             return Ok(None);
         };
         if !overwrite {
@@ -115,6 +122,7 @@ impl ShardedRoot {
             self.engine.root().display()
         );
         self.latest = None;
+        run_id::start_new(self.engine.root())?;
         Ok(None)
     }
 
@@ -131,6 +139,7 @@ pub struct RankConfig {
     session: SessionConfig,
     format: ShardFormat,
     need: Option<SaveMemory>,
+    memory: Option<MemoryTier>,
     #[cfg(feature = "remote")]
     upload: Option<ckpt_remote::Remote>,
 }
@@ -144,9 +153,17 @@ impl RankConfig {
             session,
             format: ShardFormat::Consolidated,
             need: None,
+            memory: None,
             #[cfg(feature = "remote")]
             upload: None,
         }
+    }
+
+    /// Also keep the newest steps in a node-local memory tier replicated to peer ranks (see
+    /// [`crate::memory_tier`]); a resume then goes through [`RankManager::resume_from`].
+    pub fn memory_tier(mut self, tier: MemoryTier) -> Self {
+        self.memory = Some(tier);
+        self
     }
 
     /// How optimizer shards are written (default: consolidated).
@@ -188,6 +205,8 @@ pub struct RankReport {
     pub session: SessionReport,
     /// The uploads this rank made to the object-store tier (empty without one).
     pub uploads: Vec<UploadRecord>,
+    /// What the memory tier did on this rank (without one: `None`).
+    pub memory: Option<MemoryTierReport>,
 }
 
 /// One ZeRO-1 rank's checkpointing (see the module docs).
@@ -195,6 +214,32 @@ pub struct RankManager<M> {
     session: CheckpointSession,
     target: Option<RankTarget<M>>,
     need: Option<SaveMemory>,
+    memory: Option<MemoryState<M>>,
+}
+
+/// A rank's memory tier: its settings, the run id, and the tier's group until the thread
+/// that saves to it starts (after recovery, at the first memory save).
+struct MemoryState<M> {
+    tier: MemoryTier,
+    run: String,
+    rank: usize,
+    world: usize,
+    group: Option<Box<dyn Collective>>,
+    saver: Option<TierSaver<M>>,
+}
+
+impl<M: Module + 'static> MemoryState<M> {
+    fn saver(&mut self) -> Result<&mut TierSaver<M>> {
+        if self.saver.is_none() {
+            let group = self.group.take().ok_or_else(|| {
+                Error::Config("the memory tier's group is gone (its thread failed to start)".into())
+            })?;
+            self.saver = Some(TierSaver::start(group, self.tier.clone(), self.run.clone())?);
+        }
+        self.saver
+            .as_mut()
+            .ok_or_else(|| Error::Config("memory-tier thread not started".into()))
+    }
 }
 
 impl<M> std::fmt::Debug for RankManager<M> {
@@ -223,6 +268,32 @@ impl<M: Module + 'static> RankManager<M> {
             None => None,
         };
         let session = CheckpointSession::new(config.session);
+        let memory = match config.memory {
+            Some(tier) => {
+                if !session.enabled() {
+                    return Err(Error::Config(
+                        "the memory tier needs checkpointing on (a save interval or budget)"
+                            .into(),
+                    ));
+                }
+                tier.validate(group.size())?;
+                let mut tier_group = group.split()?;
+                let mut run = match &engine {
+                    Some(e) => run_id::read_or_start(e.root())?.into_bytes(),
+                    None => Vec::new(),
+                };
+                tier_group.broadcast(0, &mut run)?;
+                Some(MemoryState {
+                    tier,
+                    run: String::from_utf8_lossy(&run).into_owned(),
+                    rank: group.rank(),
+                    world: group.size(),
+                    group: Some(tier_group),
+                    saver: None,
+                })
+            }
+            None => None,
+        };
         let target = if session.enabled() {
             #[cfg(feature = "remote")]
             let hook = uploader.as_ref().map(|u| u.after_publish());
@@ -246,7 +317,24 @@ impl<M: Module + 'static> RankManager<M> {
             session,
             target,
             need: config.need,
+            memory,
         })
+    }
+
+    /// Where this rank resumes from, before its first step: `disk` is the newest valid
+    /// checkpoint of the disk tier ([`ShardedRoot::settle`]; with a memory tier only rank 0's
+    /// is read, and every rank must call this). With a memory tier the ranks agree on the
+    /// newest step every rank can restore, from its own part, else from a peer's replica sent
+    /// back over the tier's group, never older than `disk`; else `disk`. `None`: nothing to
+    /// resume. Parts of the tier newer than the step returned are removed.
+    pub fn resume_from(&mut self, disk: Option<PathBuf>) -> Result<Option<RankRestore>> {
+        let Some(m) = self.memory.as_mut() else {
+            return disk.map(RankRestore::disk).transpose();
+        };
+        let group = m.group.as_mut().ok_or_else(|| {
+            Error::Config("resume_from must come before the first step".into())
+        })?;
+        crate::memory_tier::recover(group.as_mut(), &m.tier, &m.run, disk)
     }
 
     /// Whether this run checkpoints at all.
@@ -309,6 +397,25 @@ impl<M: Module + 'static> RankManager<M> {
             })?;
         }
         self.session.poll(target)?;
+        if let Some(m) = self.memory.as_mut()
+            && m.tier.due(step)
+        {
+            let saver = m.saver()?;
+            // Every rank skips when any rank's previous memory save still runs: the tier
+            // never makes training wait, and the ranks stay in step.
+            if group.all_agree(!saver.busy())? {
+                saver.submit(match part() {
+                    ShardSave::Now(job) => Job::Ready(job),
+                    ShardSave::Later(build) => Job::Later(step, build),
+                });
+                #[cfg(feature = "failpoints")]
+                if fail::eval(crate::memory_tier::FP_MEMORY_TIER_WAIT, |_| ()).is_some() {
+                    saver.wait();
+                }
+            } else {
+                saver.skipped(step);
+            }
+        }
         Ok(b)
     }
 
@@ -316,8 +423,29 @@ impl<M: Module + 'static> RankManager<M> {
     /// they cost, or the first background failure.
     pub fn finish(self) -> Result<RankReport> {
         let Self {
-            session, target, ..
+            session,
+            target,
+            memory,
+            ..
         } = self;
+        let mut report = Self::finish_disk(session, target)?;
+        if let Some(m) = memory {
+            let r = m.saver.map(TierSaver::finish).unwrap_or_default();
+            if r.skipped > 0 && m.rank == 0 {
+                tracing::warn!(skipped = r.skipped, saved = r.saved,
+                    "memory-tier saves skipped because the previous one was still running;                      a longer interval would keep every one");
+            }
+            // The run ended cleanly with its disk tier complete: its memory tier goes.
+            crate::memory_tier::remove_rank_dirs(&m.tier, m.rank, m.world, &m.run);
+            report.memory = Some(r);
+        }
+        Ok(report)
+    }
+
+    fn finish_disk(
+        session: CheckpointSession,
+        target: Option<RankTarget<M>>,
+    ) -> Result<RankReport> {
         match target {
             Some(t) => {
                 let uploads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -333,11 +461,16 @@ impl<M: Module + 'static> RankManager<M> {
                     .lock()
                     .map(|mut u| std::mem::take(&mut *u))
                     .unwrap_or_default();
-                Ok(RankReport { session, uploads })
+                Ok(RankReport {
+                    session,
+                    uploads,
+                    memory: None,
+                })
             }
             None => Ok(RankReport {
                 session: session.finish(NoSaves, |_| Ok(Vec::new()))?,
                 uploads: Vec::new(),
+                memory: None,
             }),
         }
     }

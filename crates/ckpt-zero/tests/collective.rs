@@ -130,6 +130,11 @@ fn all_gather_uneven_sizes_incl_empty_and_over_chunk() {
 }
 
 #[test]
+fn send_recv_ring_shifts_over_a_chunk_and_a_single_pair() {
+    check_on_ranks(&[1, 2, 3, 4], conformance::check_send_recv);
+}
+
+#[test]
 fn all_agree_and_barrier() {
     check_on_ranks(&[1, 2, 3, 4], conformance::check_agree_and_barrier);
 }

@@ -299,6 +299,40 @@ pub fn check_split_isolation(g: &mut dyn Collective, rounds: usize) -> CheckResu
     result.and(joined)
 }
 
+/// `send_recv`: every ring shift (rank r sends to r+k, receives from r-k) with buffers over a
+/// chunk, which deadlocks if every rank sends first on a transport whose sends complete only
+/// when received; then a single transfer between the last rank and rank 0, the others idle.
+pub fn check_send_recv(g: &mut dyn Collective) -> CheckResult {
+    let (me, n) = (g.rank(), g.size());
+    let len_of = |r: usize, k: usize| CHUNK_SIZE + 4099 * r + k;
+    for k in 1..n {
+        let to = (me + k) % n;
+        let from = (me + n - k) % n;
+        let mine = pattern_bytes(gather_seed(me, 200 + k), len_of(me, k));
+        let got = g
+            .send_recv(Some(to), &mine, Some(from))
+            .map_err(err("send_recv"))?;
+        if got != Some(pattern_bytes(gather_seed(from, 200 + k), len_of(from, k))) {
+            return Err(format!(
+                "send_recv shift {k}: rank {me} got a wrong buffer from rank {from}"
+            ));
+        }
+    }
+    if n > 1 {
+        let last = n - 1;
+        let to = (me == last).then_some(0);
+        let from = (me == 0).then_some(last);
+        let got = g
+            .send_recv(to, b"last to first", from)
+            .map_err(err("send_recv"))?;
+        let want = (me == 0).then(|| b"last to first".to_vec());
+        if got != want {
+            return Err(format!("send_recv pair: rank {me} got {got:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// Every check above, in a fixed order (all-reduce lengths: 0, 1, 1000, one chunk + 3).
 pub fn run_all(g: &mut dyn Collective, isolation_rounds: usize) -> CheckResult {
     check_all_reduce(g, &[0, 1, 1000, CHUNK_SIZE / 4 + 3], 1)?;
@@ -307,6 +341,7 @@ pub fn run_all(g: &mut dyn Collective, isolation_rounds: usize) -> CheckResult {
     check_gather(g)?;
     check_all_gather(g)?;
     check_agree_and_barrier(g)?;
+    check_send_recv(g)?;
     check_split_isolation(g, isolation_rounds)?;
     Ok(())
 }

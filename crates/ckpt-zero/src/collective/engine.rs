@@ -28,6 +28,7 @@ pub(crate) enum Op {
     Barrier = 5,
     AllAgree = 6,
     Split = 7,
+    SendRecv = 8,
 }
 
 impl Op {
@@ -41,6 +42,7 @@ impl Op {
             Op::Barrier => "barrier",
             Op::AllAgree => "all_agree",
             Op::Split => "split",
+            Op::SendRecv => "send_recv",
         }
     }
 
@@ -53,6 +55,7 @@ impl Op {
             Op::Barrier,
             Op::AllAgree,
             Op::Split,
+            Op::SendRecv,
         ]
         .into_iter()
         .find(|op| *op as u8 == code)
@@ -628,6 +631,42 @@ impl<L: Link> Engine<L> {
         self.vote(Op::AllAgree, ok)
     }
 
+    /// Point-to-point within a collective call: sends `data` to `to` and receives a buffer
+    /// from `from`. A rank receives first when `from` is a lower rank, else sends first, so
+    /// every cycle of transfers has a rank that sends first (its lowest) and no two ranks wait
+    /// on each other, also where a send completes only once the peer receives (MPI).
+    pub(crate) fn send_recv(
+        &mut self,
+        to: Option<usize>,
+        data: &[u8],
+        from: Option<usize>,
+    ) -> Result<Option<Vec<u8>>> {
+        const OP: Op = Op::SendRecv;
+        let me = self.rank();
+        for peer in to.iter().chain(from.iter()) {
+            self.check_root(OP, *peer)?;
+            if *peer == me {
+                return Err(CollectiveError::InvalidArgument(format!(
+                    "{}: rank {me} cannot send to or receive from itself",
+                    OP.name()
+                )));
+            }
+        }
+        self.begin();
+        let receive_first = from.is_some_and(|f| f < me);
+        let mut got = None;
+        if receive_first && let Some(f) = from {
+            got = Some(self.recv_buffer(OP, f)?);
+        }
+        if let Some(t) = to {
+            self.send_buffer(OP, t, data)?;
+        }
+        if !receive_first && let Some(f) = from {
+            got = Some(self.recv_buffer(OP, f)?);
+        }
+        Ok(got)
+    }
+
     pub(crate) fn split(&mut self) -> Result<Box<dyn Collective>> {
         self.begin();
         let timeout = self.timeout;
@@ -676,6 +715,14 @@ macro_rules! delegate_collective {
             }
             fn all_agree(&mut self, ok: bool) -> $crate::collective::Result<bool> {
                 self.engine.all_agree(ok)
+            }
+            fn send_recv(
+                &mut self,
+                to: Option<usize>,
+                data: &[u8],
+                from: Option<usize>,
+            ) -> $crate::collective::Result<Option<Vec<u8>>> {
+                self.engine.send_recv(to, data, from)
             }
             fn split(
                 &mut self,

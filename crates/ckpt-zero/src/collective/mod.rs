@@ -142,6 +142,18 @@ pub trait Collective: Send {
     /// succeeded).
     fn all_agree(&mut self, ok: bool) -> Result<bool>;
 
+    /// Point-to-point transfers as one collective call: every rank calls it; this rank sends
+    /// `data` to rank `to` and gets the buffer rank `from` sent it (`None` on either side: no
+    /// transfer that way). The ranks' `to` and `from` must match (rank a sends to b exactly
+    /// when b receives from a); a rank waiting for a buffer that never comes times out. Used to
+    /// replicate a rank's part of a checkpoint to a peer and to send it back at recovery.
+    fn send_recv(
+        &mut self,
+        to: Option<usize>,
+        data: &[u8],
+        from: Option<usize>,
+    ) -> Result<Option<Vec<u8>>>;
+
     /// Collective: every rank calls it, in the same order relative to the group's other calls.
     /// Returns an independent group with the same ranks (same rank numbers) and the same timeout,
     /// whose traffic never mixes with this one's (for checkpoint traffic). The new group may be

@@ -1,0 +1,324 @@
+//! The node-local memory tier on 4 ZeRO-1 rank threads as 2 simulated nodes (ranks 0-1 on
+//! node 0, ranks 2-3 on node 1, each node its own directory), `per-rank` shards: a trainer
+//! killed mid-run resumes from the newest step every rank can restore, newer than the disk's,
+//! from its own node's tier, from a peer's replica when its node was wiped, or from disk when
+//! both copies of a part are gone, and ends with the bytes of an uninterrupted run.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use burn_ckpt::ckpt_burn::{MODEL_FILE, SCHEDULER_FILE, TRAINER_FILE};
+use burn_ckpt::ckpt_core;
+use common::{Trainer, step_dir, trainer};
+
+const STEPS: u64 = 16;
+const DISK_EVERY: u64 = 4;
+/// The disk save of step 12 waited for step 8's (one in flight): the disk holds 8, maybe 12.
+const KILL_AT: u64 = 13;
+
+#[test]
+fn child_entry() {
+    common::child_entry();
+}
+
+/// 4 rank threads, 2 per node, disk saves every 4 steps, a memory save every step (each one
+/// waited for, so the tier holds step 13 when the run is killed there).
+fn run(root: &Path, tier: &Path) -> Trainer {
+    trainer(root)
+        .steps(STEPS)
+        .save_every(DISK_EVERY)
+        .arg("--keep-last", 2)
+        .arg("--ranks", 4)
+        .flag("--replicate-data")
+        .arg("--shard-format", "per-rank")
+        .arg("--memory-tier", format!("{}/node-{{node}}", tier.display()))
+        .arg("--ranks-per-node", 2)
+        .failpoint("memory_tier_wait", "return")
+}
+
+fn files() -> Vec<String> {
+    let mut f: Vec<String> = vec![MODEL_FILE.into(), SCHEDULER_FILE.into(), TRAINER_FILE.into()];
+    f.extend((0..4).map(|r| burn_ckpt::ckpt_zero::shards::shard_file_name(r, 4)));
+    f
+}
+
+/// The uninterrupted run's final checkpoint.
+fn reference(tmp: &Path) -> PathBuf {
+    let root = tmp.join("reference");
+    run(&root, &tmp.join("reference-tier")).run_ok();
+    step_dir(&root, STEPS)
+}
+
+fn assert_same_final(reference: &Path, root: &Path) {
+    for f in files() {
+        assert_eq!(
+            std::fs::read(reference.join(&f)).unwrap(),
+            std::fs::read(step_dir(root, STEPS).join(&f)).unwrap(),
+            "{f} of the resumed run differs from the uninterrupted run's"
+        );
+    }
+}
+
+/// The newest disk checkpoint of a killed run: 8, or 12 if its save finished in time.
+fn disk_newest(root: &Path) -> u64 {
+    let latest = ckpt_core::read_latest(root).unwrap().unwrap();
+    let step = ckpt_core::layout::parse_step_dir(&latest).unwrap();
+    assert!(step == 8 || step == 12, "disk newest {latest}");
+    step
+}
+
+/// Kills a run at step 13 (every rank: they are threads of the killed process); returns its
+/// root and tier directory.
+fn killed(tmp: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (root, tier) = (tmp.join(name), tmp.join(format!("{name}-tier")));
+    let f = run(&root, &tier).arg("--abort-at-step", KILL_AT).run();
+    assert!(!f.status.success(), "the killed run exited cleanly:\n{}", f.stderr);
+    disk_newest(&root);
+    (root, tier)
+}
+
+/// The first step of the resumed run (`done: steps A..B`).
+fn resumed_at(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("done: steps "))
+        .unwrap_or_else(|| panic!("no done line in:\n{stderr}"));
+    line["done: steps ".len()..]
+        .split("..")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The one `run-*` directory of a node's tier.
+fn run_dir(tier: &Path, node: usize) -> PathBuf {
+    let node = tier.join(format!("node-{node}"));
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(&node)
+        .unwrap_or_else(|e| panic!("{}: {e}", node.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("run-"))
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    runs.remove(0)
+}
+
+/// The `step-*` directories of a tier root.
+fn steps_in(root: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("step-"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn flip_a_byte(file: &Path) {
+    let mut b = std::fs::read(file).unwrap();
+    let i = b.len() / 2;
+    b[i] ^= 0x40;
+    std::fs::write(file, b).unwrap();
+}
+
+fn assert_tier_removed(tier: &Path) {
+    for node in 0..2 {
+        let d = tier.join(format!("node-{node}"));
+        let left: Vec<_> = std::fs::read_dir(&d)
+            .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "a clean finish left {left:?}");
+    }
+}
+
+#[test]
+fn a_crashed_process_resumes_from_its_own_nodes_tier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    let (root, tier) = killed(tmp.path(), "crash");
+    let f = run(&root, &tier).flag("--resume").run_ok();
+    assert_eq!(resumed_at(&f.stderr), KILL_AT, "{}", f.stderr);
+    assert!(f.stderr.contains("memory tier: rank 0 from its own part"), "{}", f.stderr);
+    assert!(
+        !f.stderr.contains("restored from rank"),
+        "no rank needed a replica:\n{}",
+        f.stderr
+    );
+    assert_same_final(&reference, &root);
+    assert_tier_removed(&tier);
+}
+
+#[test]
+fn a_lost_node_resumes_from_its_peers_replicas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    // Node 1 (ranks 2, 3), then node 0 (ranks 0, 1: rank 0's part holds the model).
+    for (lost, restored_from) in [(1, [0, 1]), (0, [2, 3])] {
+        let (root, tier) = killed(tmp.path(), &format!("lost-node-{lost}"));
+        std::fs::remove_dir_all(tier.join(format!("node-{lost}"))).unwrap();
+        let f = run(&root, &tier).flag("--resume").run_ok();
+        assert_eq!(resumed_at(&f.stderr), KILL_AT, "node {lost} lost:\n{}", f.stderr);
+        for h in restored_from {
+            assert!(
+                f.stderr.contains(&format!("restored from rank {h}'s replica")),
+                "node {lost} lost: no part came back from rank {h}:\n{}",
+                f.stderr
+            );
+        }
+        assert_same_final(&reference, &root);
+    }
+}
+
+#[test]
+fn both_copies_of_a_part_lost_fall_back_to_disk_with_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    let (root, tier) = killed(tmp.path(), "both-lost");
+    let disk = disk_newest(&root);
+    // Rank 2's own part goes with node 1; rank 0 keeps its replica: corrupt every step of it.
+    std::fs::remove_dir_all(tier.join("node-1")).unwrap();
+    let replica = run_dir(&tier, 0).join("replica-2-of-4");
+    let shard = burn_ckpt::ckpt_zero::shards::shard_file_name(2, 4);
+    let corrupted = steps_in(&replica);
+    assert!(!corrupted.is_empty());
+    for s in &corrupted {
+        flip_a_byte(&s.join(&shard));
+    }
+    let f = run(&root, &tier).flag("--resume").run_ok();
+    assert_eq!(resumed_at(&f.stderr), disk, "{}", f.stderr);
+    assert!(f.stderr.contains("rank 2's part has no valid copy"), "{}", f.stderr);
+    for s in &corrupted {
+        assert!(
+            f.stderr.contains(&s.display().to_string()),
+            "the warning should name {}:\n{}",
+            s.display(),
+            f.stderr
+        );
+    }
+    assert_same_final(&reference, &root);
+}
+
+#[test]
+fn a_replicas_flipped_byte_is_caught_and_the_own_part_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    let (root, tier) = killed(tmp.path(), "flipped");
+    let replica = run_dir(&tier, 1).join("replica-0-of-4");
+    let newest = steps_in(&replica).pop().unwrap();
+    flip_a_byte(&newest.join(MODEL_FILE));
+    let f = run(&root, &tier).flag("--resume").run_ok();
+    assert_eq!(resumed_at(&f.stderr), KILL_AT, "{}", f.stderr);
+    assert!(
+        f.stderr.contains(&newest.display().to_string()) && f.stderr.contains("invalid"),
+        "the flipped byte of {} went unnoticed:\n{}",
+        newest.display(),
+        f.stderr
+    );
+    assert_same_final(&reference, &root);
+}
+
+#[test]
+fn a_stale_tier_of_another_run_is_never_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    // Another run crashes and leaves its tier behind.
+    let (_, tier) = killed(tmp.path(), "other");
+    // This run uses the same tier directory: a resume in its empty root starts at step 0
+    // (reading the other run's parts, of the same seed, would resume later).
+    let root = tmp.path().join("this");
+    let f = run(&root, &tier).flag("--resume").run_ok();
+    assert_eq!(resumed_at(&f.stderr), 0, "{}", f.stderr);
+    assert_same_final(&reference, &root);
+
+    // A part of another run planted under this run's own directory is refused by its
+    // manifest's run id.
+    let (root, tier) = killed(tmp.path(), "planted");
+    let other = tmp.path().join("other-seed");
+    let other_tier = tmp.path().join("other-seed-tier");
+    run(&other, &other_tier)
+        .arg("--seed", 11)
+        .arg("--abort-at-step", KILL_AT)
+        .run();
+    let theirs = run_dir(&other_tier, 0).join("rank-1-of-4");
+    let ours = run_dir(&tier, 0).join("rank-1-of-4");
+    for s in steps_in(&ours) {
+        std::fs::remove_dir_all(&s).unwrap();
+        let name = s.file_name().unwrap();
+        if theirs.join(name).exists() {
+            copy_dir(&theirs.join(name), &s);
+        }
+    }
+    let f = run(&root, &tier).flag("--resume").run_ok();
+    assert_eq!(resumed_at(&f.stderr), KILL_AT, "{}", f.stderr);
+    assert!(f.stderr.contains("another run"), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("restored from rank 3's replica"),
+        "rank 1's part should come from its replica:\n{}",
+        f.stderr
+    );
+    assert_same_final(&reference, &root);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// The node-loss case under `mpirun -n 4 --dist mpi` (4 processes, 2 simulated nodes): every
+/// rank aborts at step 13, node 1's directory is wiped, 4 new ranks resume from the replicas
+/// ranks 0 and 1 keep, and end with the bytes of the uninterrupted run (on threads).
+#[cfg(feature = "mpi")]
+#[test]
+fn under_mpirun_a_lost_node_resumes_from_its_peers_replicas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, tier) = (tmp.path().join("mpi"), tmp.path().join("mpi-tier"));
+    let mpi = run(&root, &tier).arg("--dist", "mpi");
+    let Some(mut kill) = mpi.clone().arg("--abort-at-step", KILL_AT).mpirun_command(4) else {
+        eprintln!("SKIP: mpirun not found (install openmpi-bin)");
+        return;
+    };
+    let reference = reference(tmp.path());
+    let out = kill.output().unwrap();
+    assert!(!out.status.success(), "the killed job exited cleanly");
+    disk_newest(&root);
+    std::fs::remove_dir_all(tier.join("node-1")).unwrap();
+    let out = mpi
+        .flag("--resume")
+        .mpirun_command(4)
+        .unwrap()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(resumed_at(&stderr), KILL_AT, "{stderr}");
+    for h in [0, 1] {
+        assert!(
+            stderr.contains(&format!("restored from rank {h}'s replica")),
+            "{stderr}"
+        );
+    }
+    assert_same_final(&reference, &root);
+    assert_tier_removed(&tier);
+}
+
+/// A memory-tier step older than the disk's newest is never chosen: memory saves every 11
+/// steps (step 11 whole in every tier), disk saves every 4, killed at 17 (the disk then holds
+/// 12 or 16): the run resumes from the disk.
+#[test]
+fn an_older_memory_step_is_never_chosen_over_the_disks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, tier) = (tmp.path().join("older"), tmp.path().join("older-tier"));
+    let t = run(&root, &tier).steps(20).arg("--memory-every", 11);
+    let f = t.clone().arg("--abort-at-step", 17).run();
+    assert!(!f.status.success(), "{}", f.stderr);
+    let latest = ckpt_core::read_latest(&root).unwrap().unwrap();
+    let disk = ckpt_core::layout::parse_step_dir(&latest).unwrap();
+    assert!(disk == 12 || disk == 16, "disk newest {latest}");
+    assert!(!steps_in(&run_dir(&tier, 0).join("rank-0-of-4")).is_empty());
+    let f = t.flag("--resume").run_ok();
+    assert_eq!(resumed_at(&f.stderr), disk, "{}", f.stderr);
+}
