@@ -319,7 +319,11 @@ fn run_zero(
     if let Some(dir) = &args.memory_tier {
         let per_node = args
             .ranks_per_node
-            .or_else(|| (args.dist == Dist::Mpi).then(launcher_ranks_per_node).flatten())
+            .or_else(|| {
+                (args.dist == Dist::Mpi)
+                    .then(launcher_ranks_per_node)
+                    .flatten()
+            })
             .unwrap_or(args.ranks);
         z.memory_tier = Some(
             burn_ckpt::ckpt_zero::MemoryTier::new(dir, args.memory_every)

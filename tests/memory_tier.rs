@@ -38,7 +38,11 @@ fn run(root: &Path, tier: &Path) -> Trainer {
 }
 
 fn files() -> Vec<String> {
-    let mut f: Vec<String> = vec![MODEL_FILE.into(), SCHEDULER_FILE.into(), TRAINER_FILE.into()];
+    let mut f: Vec<String> = vec![
+        MODEL_FILE.into(),
+        SCHEDULER_FILE.into(),
+        TRAINER_FILE.into(),
+    ];
     f.extend((0..4).map(|r| burn_ckpt::ckpt_zero::shards::shard_file_name(r, 4)));
     f
 }
@@ -73,7 +77,11 @@ fn disk_newest(root: &Path) -> u64 {
 fn killed(tmp: &Path, name: &str) -> (PathBuf, PathBuf) {
     let (root, tier) = (tmp.join(name), tmp.join(format!("{name}-tier")));
     let f = run(&root, &tier).arg("--abort-at-step", KILL_AT).run();
-    assert!(!f.status.success(), "the killed run exited cleanly:\n{}", f.stderr);
+    assert!(
+        !f.status.success(),
+        "the killed run exited cleanly:\n{}",
+        f.stderr
+    );
     disk_newest(&root);
     (root, tier)
 }
@@ -109,7 +117,12 @@ fn steps_in(root: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(root)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("step-"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("step-")
+        })
         .collect();
     v.sort();
     v
@@ -139,7 +152,11 @@ fn a_crashed_process_resumes_from_its_own_nodes_tier() {
     let (root, tier) = killed(tmp.path(), "crash");
     let f = run(&root, &tier).flag("--resume").run_ok();
     assert_eq!(resumed_at(&f.stderr), KILL_AT, "{}", f.stderr);
-    assert!(f.stderr.contains("memory tier: rank 0 from its own part"), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("memory tier: rank 0 from its own part"),
+        "{}",
+        f.stderr
+    );
     assert!(
         !f.stderr.contains("restored from rank"),
         "no rank needed a replica:\n{}",
@@ -158,10 +175,16 @@ fn a_lost_node_resumes_from_its_peers_replicas() {
         let (root, tier) = killed(tmp.path(), &format!("lost-node-{lost}"));
         std::fs::remove_dir_all(tier.join(format!("node-{lost}"))).unwrap();
         let f = run(&root, &tier).flag("--resume").run_ok();
-        assert_eq!(resumed_at(&f.stderr), KILL_AT, "node {lost} lost:\n{}", f.stderr);
+        assert_eq!(
+            resumed_at(&f.stderr),
+            KILL_AT,
+            "node {lost} lost:\n{}",
+            f.stderr
+        );
         for h in restored_from {
             assert!(
-                f.stderr.contains(&format!("restored from rank {h}'s replica")),
+                f.stderr
+                    .contains(&format!("restored from rank {h}'s replica")),
                 "node {lost} lost: no part came back from rank {h}:\n{}",
                 f.stderr
             );
@@ -187,7 +210,11 @@ fn both_copies_of_a_part_lost_fall_back_to_disk_with_a_warning() {
     }
     let f = run(&root, &tier).flag("--resume").run_ok();
     assert_eq!(resumed_at(&f.stderr), disk, "{}", f.stderr);
-    assert!(f.stderr.contains("rank 2's part has no valid copy"), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("rank 2's part has no valid copy"),
+        "{}",
+        f.stderr
+    );
     for s in &corrupted {
         assert!(
             f.stderr.contains(&s.display().to_string()),
@@ -277,7 +304,11 @@ fn under_mpirun_a_lost_node_resumes_from_its_peers_replicas() {
     let tmp = tempfile::tempdir().unwrap();
     let (root, tier) = (tmp.path().join("mpi"), tmp.path().join("mpi-tier"));
     let mpi = run(&root, &tier).arg("--dist", "mpi");
-    let Some(mut kill) = mpi.clone().arg("--abort-at-step", KILL_AT).mpirun_command(4) else {
+    let Some(mut kill) = mpi
+        .clone()
+        .arg("--abort-at-step", KILL_AT)
+        .mpirun_command(4)
+    else {
         eprintln!("SKIP: mpirun not found (install openmpi-bin)");
         return;
     };

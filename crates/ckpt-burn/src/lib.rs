@@ -54,8 +54,8 @@ pub use manager::{CheckpointManager, ManagerConfig, ManagerReport, ResumedFrom, 
 pub use param_ids::{assign_param_ids, step_seed};
 pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
 pub use restore::{
-    Restored, latest_valid, load_model, load_model_bytes, load_optimizer, load_scheduler, load_trainer_state,
-    read_verified_parts, restore, restore_latest,
+    Restored, latest_valid, load_model, load_model_bytes, load_optimizer, load_scheduler,
+    load_trainer_state, read_verified_parts, restore, restore_latest,
 };
 pub use stage::STAGE_FAILPOINT;
 pub use state::{DataCursor, TRAINER_FILE, TRAINER_STATE_VERSION, TrainerState};

@@ -164,11 +164,13 @@ impl<M: Module + 'static> ModelPart<M> {
     pub(crate) fn add_to(self, snap: Snapshot, root: &Path, step: u64) -> Snapshot {
         match self {
             ModelPart::Encoded(bytes) => snap.with_bytes(MODEL_FILE, bytes),
-            ModelPart::Live(model) => snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
-                let bytes = model.into_record().into_bytes()?;
-                sink.write_all(&bytes)?;
-                Ok(())
-            }),
+            ModelPart::Live(model) => {
+                snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {
+                    let bytes = model.into_record().into_bytes()?;
+                    sink.write_all(&bytes)?;
+                    Ok(())
+                })
+            }
             ModelPart::Record { record, bytes } => {
                 let root = root.to_path_buf();
                 snap.with_producer(MODEL_FILE, move |sink: &mut dyn Write| {

@@ -234,7 +234,11 @@ impl<M: Module + 'static> MemoryState<M> {
             let group = self.group.take().ok_or_else(|| {
                 Error::Config("the memory tier's group is gone (its thread failed to start)".into())
             })?;
-            self.saver = Some(TierSaver::start(group, self.tier.clone(), self.run.clone())?);
+            self.saver = Some(TierSaver::start(
+                group,
+                self.tier.clone(),
+                self.run.clone(),
+            )?);
         }
         self.saver
             .as_mut()
@@ -272,8 +276,7 @@ impl<M: Module + 'static> RankManager<M> {
             Some(tier) => {
                 if !session.enabled() {
                     return Err(Error::Config(
-                        "the memory tier needs checkpointing on (a save interval or budget)"
-                            .into(),
+                        "the memory tier needs checkpointing on (a save interval or budget)".into(),
                     ));
                 }
                 tier.validate(group.size())?;
@@ -331,9 +334,10 @@ impl<M: Module + 'static> RankManager<M> {
         let Some(m) = self.memory.as_mut() else {
             return disk.map(RankRestore::disk).transpose();
         };
-        let group = m.group.as_mut().ok_or_else(|| {
-            Error::Config("resume_from must come before the first step".into())
-        })?;
+        let group = m
+            .group
+            .as_mut()
+            .ok_or_else(|| Error::Config("resume_from must come before the first step".into()))?;
         crate::memory_tier::recover(group.as_mut(), &m.tier, &m.run, disk)
     }
 
@@ -432,8 +436,11 @@ impl<M: Module + 'static> RankManager<M> {
         if let Some(m) = memory {
             let r = m.saver.map(TierSaver::finish).unwrap_or_default();
             if r.skipped > 0 && m.rank == 0 {
-                tracing::warn!(skipped = r.skipped, saved = r.saved,
-                    "memory-tier saves skipped because the previous one was still running;                      a longer interval would keep every one");
+                tracing::warn!(
+                    skipped = r.skipped,
+                    saved = r.saved,
+                    "memory-tier saves skipped because the previous one was still running;                      a longer interval would keep every one"
+                );
             }
             // The run ended cleanly with its disk tier complete: its memory tier goes.
             crate::memory_tier::remove_rank_dirs(&m.tier, m.rank, m.world, &m.run);

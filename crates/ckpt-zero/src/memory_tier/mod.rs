@@ -125,7 +125,7 @@ impl MemoryTier {
         if self.keep == 0 {
             return bad("it must keep at least 1 step".into());
         }
-        if self.ranks_per_node == 0 || world % self.ranks_per_node != 0 {
+        if self.ranks_per_node == 0 || !world.is_multiple_of(self.ranks_per_node) {
             return bad(format!(
                 "{world} ranks do not split into nodes of {} ranks",
                 self.ranks_per_node
@@ -136,9 +136,7 @@ impl MemoryTier {
             return bad(format!(
                 "{} replica(s) need {} nodes besides each rank's own, but {world} ranks at {} \
                  per node are {nodes} node(s) (give the ranks per node, or fewer replicas)",
-                self.replicas,
-                self.replicas,
-                self.ranks_per_node
+                self.replicas, self.replicas, self.ranks_per_node
             ));
         }
         Ok(())
@@ -171,7 +169,13 @@ impl MemoryTier {
     }
 
     /// Where `holder` keeps its replica of rank `of`'s part.
-    pub(crate) fn replica_root(&self, holder: usize, of: usize, world: usize, run: &str) -> PathBuf {
+    pub(crate) fn replica_root(
+        &self,
+        holder: usize,
+        of: usize,
+        world: usize,
+        run: &str,
+    ) -> PathBuf {
         self.run_dir(holder, run)
             .join(format!("replica-{of}-of-{world}"))
     }
@@ -308,7 +312,8 @@ pub(crate) fn open_root(root: &Path, keep: usize) -> Result<ckpt_core::Engine> {
         path: root.to_path_buf(),
         reason: format!("cannot create the directory: {e}"),
     })?;
-    let config = ckpt_core::EngineConfig::new(root).retention(ckpt_core::Retention::keep_last(keep));
+    let config =
+        ckpt_core::EngineConfig::new(root).retention(ckpt_core::Retention::keep_last(keep));
     Ok(ckpt_core::Engine::open(config)?.0)
 }
 
@@ -382,6 +387,10 @@ mod tests {
         assert!(e(MemoryTier::new("/m", 0), 2).contains("at least 1 step"));
         assert!(e(MemoryTier::new("/m", 1).ranks_per_node(3), 4).contains("nodes of 3"));
         assert!(e(MemoryTier::new("/m", 1).ranks_per_node(4), 4).contains("1 node"));
-        MemoryTier::new("/m", 1).replicas(0).ranks_per_node(4).validate(4).unwrap();
+        MemoryTier::new("/m", 1)
+            .replicas(0)
+            .ranks_per_node(4)
+            .validate(4)
+            .unwrap();
     }
 }

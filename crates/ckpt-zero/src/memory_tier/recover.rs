@@ -30,9 +30,8 @@ impl Holdings {
 
 /// The rank whose copy of `step` is missing everywhere, if any.
 fn first_lost(all: &[Holdings], step: u64) -> Option<usize> {
-    (0..all.len()).find(|&q| {
-        !all[q].own.contains(&step) && !all.iter().any(|h| h.has_replica(q, step))
-    })
+    (0..all.len())
+        .find(|&q| !all[q].own.contains(&step) && !all.iter().any(|h| h.has_replica(q, step)))
 }
 
 fn step_of(dir: &Path) -> Option<u64> {
@@ -106,9 +105,12 @@ pub(crate) fn recover(
             }
             Some(q) => {
                 if rank == 0 {
-                    tracing::warn!(step = s, lost_rank = q,
+                    tracing::warn!(
+                        step = s,
+                        lost_rank = q,
                         "memory-tier step not recoverable: rank {q}'s part has no valid copy \
-                         on any rank");
+                         on any rank"
+                    );
                 }
             }
         }
@@ -169,11 +171,7 @@ fn restore_from_memory(
         } else {
             Vec::new()
         };
-        let got = group.send_recv(
-            (rank == h).then_some(q),
-            &data,
-            (rank == q).then_some(h),
-        )?;
+        let got = group.send_recv((rank == h).then_some(q), &data, (rank == q).then_some(h))?;
         if let Some(bytes) = got {
             source = RestoreSource::PeerReplica { from: h };
             // Whatever this rank has of `step` or later is not a valid part of this run.
@@ -185,8 +183,11 @@ fn restore_from_memory(
                 r
             });
             match r {
-                Ok(_) => tracing::warn!(step, from_rank = h,
-                    "this rank's memory-tier part was missing: restored from rank {h}'s replica"),
+                Ok(_) => tracing::warn!(
+                    step,
+                    from_rank = h,
+                    "this rank's memory-tier part was missing: restored from rank {h}'s replica"
+                ),
                 Err(e) => failure = Some(format!("rank {rank}: replica from rank {h}: {e}")),
             }
         }
@@ -201,15 +202,20 @@ fn restore_from_memory(
         }
     }
     if !group.all_agree(failure.is_none())? {
-        tracing::warn!(step, reason = failure.as_deref().unwrap_or("another rank failed"),
-            "memory-tier recovery failed; falling back to the disk tier");
+        tracing::warn!(
+            step,
+            reason = failure.as_deref().unwrap_or("another rank failed"),
+            "memory-tier recovery failed; falling back to the disk tier"
+        );
         return Ok(None);
     }
     group.broadcast(0, &mut model)?;
     if rank == 0 {
         tracing::info!(step, "resuming from the memory tier");
     }
-    Ok(Some(RankRestore::memory(step, own_dir, world, model, source)))
+    Ok(Some(RankRestore::memory(
+        step, own_dir, world, model, source,
+    )))
 }
 
 /// Removes the checkpoints of `root` newer than `to` (all of them for `None`).

@@ -122,7 +122,10 @@ impl<M: Module + 'static> TierSaver<M> {
     /// A memory save every rank skipped because some rank's previous one was running.
     pub(crate) fn skipped(&mut self, step: u64) {
         self.report.skipped += 1;
-        tracing::debug!(step, "memory-tier save skipped: a previous one is still running");
+        tracing::debug!(
+            step,
+            "memory-tier save skipped: a previous one is still running"
+        );
     }
 
     /// Takes finished outcomes into the report (waiting for all with `wait`).
@@ -220,7 +223,10 @@ impl Worker {
                 Err(e) => return broken(step, e),
             };
             drop(msg);
-            let (to, from) = (self.tier.peer(rank, k, world), self.tier.source(rank, k, world));
+            let (to, from) = (
+                self.tier.peer(rank, k, world),
+                self.tier.source(rank, k, world),
+            );
             let got = match self.group.send_recv(Some(to), &sent, Some(from)) {
                 Ok(Some(b)) => b,
                 Ok(None) => {
