@@ -696,8 +696,8 @@ fn conclude(
         eprintln!(
             "memory tier: {} saves whole (newest step {}), {} skipped while one ran, {} not \
              whole; median {median:.1} ms each; peak {:.1} MB on rank 0{}",
-            m.saved,
-            m.newest.map_or("-".into(), |s| s.to_string()),
+            m.saved.len(),
+            m.saved.last().map_or("-".into(), |s| s.to_string()),
             m.skipped,
             m.failed,
             m.peak_bytes as f64 / 1e6,

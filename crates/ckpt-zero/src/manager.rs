@@ -438,8 +438,9 @@ impl<M: Module + 'static> RankManager<M> {
             if r.skipped > 0 && m.rank == 0 {
                 tracing::warn!(
                     skipped = r.skipped,
-                    saved = r.saved,
-                    "memory-tier saves skipped because the previous one was still running;                      a longer interval would keep every one"
+                    saved = r.saved.len(),
+                    "memory-tier saves skipped because the previous one was still running; a longer \
+                     interval would keep every one"
                 );
             }
             // The run ended cleanly with its disk tier complete: its memory tier goes.

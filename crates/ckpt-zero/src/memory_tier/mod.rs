@@ -200,14 +200,13 @@ impl MemoryTier {
 /// What the memory tier did on one rank, in [`crate::RankReport::memory`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct MemoryTierReport {
-    /// Memory saves published whole on every rank (every part and replica).
-    pub saved: usize,
+    /// The steps of the memory saves published whole on every rank (every part and
+    /// replica), in order.
+    pub saved: Vec<u64>,
     /// Memory saves every rank skipped because some rank's previous one was still running.
     pub skipped: usize,
     /// Memory saves that were not whole on every rank (each was a warning).
     pub failed: usize,
-    /// The newest step saved whole.
-    pub newest: Option<u64>,
     /// Each whole save's time on this rank's tier thread, from the part's capture to the
     /// ranks' agreement (ms).
     pub save_ms: Vec<f64>,

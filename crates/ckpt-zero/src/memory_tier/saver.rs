@@ -147,8 +147,7 @@ impl<M: Module + 'static> TierSaver<M> {
             let r = &mut self.report;
             match out {
                 Outcome::Whole { step, ms, held } => {
-                    r.saved += 1;
-                    r.newest = Some(step);
+                    r.saved.push(step);
                     r.save_ms.push(ms);
                     r.peak_bytes = r.peak_bytes.max(held);
                 }

@@ -1,0 +1,505 @@
+//! The memory tier's costs and recovery times (issue 32's benchmark): the example trainer on 4
+//! ZeRO-1 rank threads as 2 simulated nodes (`--ranks 4 --ranks-per-node 2`, per-rank shards),
+//! tier on `/dev/shm`. Writes `MEMORY_TIER.md` and `memory_tier.json` into `--out`.
+//!
+//! ```text
+//! cargo build --release --example train --example memory_tier_bench
+//! target/release/examples/memory_tier_bench                  # 400mb and 1gb
+//! target/release/examples/memory_tier_bench --sizes 10mb     # smoke test
+//! ```
+//!
+//! For each size:
+//! - **Training cost**: runs without checkpoints, with a disk save every 10 steps, and with a
+//!   memory save every step and every 10 steps (disk saves only at the end). *Lost per save* is
+//!   the run's wall time over the run without checkpoints, less the wait for the final disk
+//!   save, over the saves that training followed (memory: the saves whole on every rank).
+//! - **Work lost per failure**: for a failure at a uniformly random step, the mean number of
+//!   steps since the newest checkpoint saved before it (whole memory saves, or disk saves).
+//! - **Recovery**: one run killed (`--abort-at-step`) with a memory save every step, disk every
+//!   10 steps and uploads to a local S3 server (`moto_server`); copies of its root and tier
+//!   are restarted four ways, and the time from the restart to the first training step is
+//!   measured: from each rank's own memory tier, from the peers' replicas (node 1's directory
+//!   wiped), from the disk (no tier; the checkpoint's pages evicted from the page cache with
+//!   `posix_fadvise(DONTNEED)`, since this machine does not allow dropping caches), and from
+//!   the object store (local root and tier gone).
+//! - **Memory**: the tier's bytes on `/dev/shm` after the killed run (every node), and the
+//!   runs' peak RSS.
+
+use std::{
+    fs::File,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+
+/// Flags.
+#[derive(Parser, Debug)]
+#[command(about = "The memory tier's training cost and recovery times")]
+struct Args {
+    /// The trainer binary.
+    #[arg(long, default_value = "target/release/examples/train")]
+    train: PathBuf,
+    /// Where the report goes.
+    #[arg(long, default_value = "docs/perf")]
+    out: PathBuf,
+    /// Scratch directory of the disk tier.
+    #[arg(long, default_value = "target/memory-tier-bench")]
+    scratch: PathBuf,
+    /// The node-local directory (tmpfs).
+    #[arg(long, default_value = "/dev/shm/burn-ckpt-bench")]
+    tier: PathBuf,
+    /// State sizes: 10mb, 400mb, 1gb.
+    #[arg(long, default_value = "400mb,1gb", value_delimiter = ',')]
+    sizes: Vec<String>,
+    /// Training steps of each cost run.
+    #[arg(long, default_value_t = 30)]
+    steps: u64,
+}
+
+/// `(layers - 1) * hidden^2` parameters, times 12 bytes (weights and AdamW's two moments).
+fn shape(label: &str) -> Result<(u32, u32)> {
+    Ok(match label {
+        "10mb" => (512, 4),
+        "400mb" => (4096, 3),
+        "1gb" => (4096, 6),
+        other => bail!("unknown size {other} (10mb, 400mb, 1gb)"),
+    })
+}
+
+/// One trainer process.
+struct Run {
+    wall_s: f64,
+    peak_rss: u64,
+    report: Value,
+}
+
+impl Run {
+    fn final_wait(&self) -> f64 {
+        self.report["lost"]["final_wait_ms"].as_f64().unwrap_or(0.0) / 1e3
+    }
+    fn disk_saves(&self) -> Vec<u64> {
+        self.report["saves"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s["step"].as_u64()).collect())
+            .unwrap_or_default()
+    }
+    fn memory_saves(&self) -> Vec<u64> {
+        self.report["memory_tier"]["saved"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The flags every run shares: the model of `label`, `steps` steps, 4 ranks on 2 nodes.
+fn common(label: &str, root: &Path, steps: u64) -> Result<Vec<String>> {
+    let (hidden, layers) = shape(label)?;
+    let flags = [
+        "--dir".to_string(),
+        root.display().to_string(),
+        "--hidden".into(),
+        hidden.to_string(),
+        "--layers".into(),
+        layers.to_string(),
+        "--steps".into(),
+        steps.to_string(),
+        "--ranks".into(),
+        "4".into(),
+        "--replicate-data".into(),
+        "--shard-format".into(),
+        "per-rank".into(),
+        "--ranks-per-node".into(),
+        "2".into(),
+        "--keep-last".into(),
+        "2".into(),
+    ];
+    Ok(flags.to_vec())
+}
+
+fn tier_flags(args: &Args, every: u64) -> Vec<String> {
+    vec![
+        "--memory-tier".into(),
+        format!("{}/node-{{node}}", args.tier.display()),
+        "--memory-every".into(),
+        every.to_string(),
+    ]
+}
+
+/// Runs the trainer to the end; its report and peak RSS.
+fn run(args: &Args, name: &str, flags: &[String], env: &[(&str, String)]) -> Result<Run> {
+    let report_path = args.scratch.join(format!("{name}.json"));
+    let log_path = args.scratch.join(format!("{name}.log"));
+    let log = File::create(&log_path)?;
+    let child = Command::new(&args.train)
+        .args(flags)
+        .arg("--report")
+        .arg(&report_path)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", args.train.display()))?;
+    let t0 = Instant::now();
+    let (status, peak_rss) = wait4(child.id())?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    if status != 0 {
+        bail!("{name} exited with {status}: see {}", log_path.display());
+    }
+    let report: Value = serde_json::from_slice(&std::fs::read(&report_path)?)?;
+    Ok(Run {
+        wall_s: report["wall_s"].as_f64().unwrap_or(elapsed),
+        peak_rss,
+        report,
+    })
+}
+
+/// Waits for process `pid`; its exit status (or 128 + signal) and peak RSS in bytes.
+fn wait4(pid: u32) -> Result<(i32, u64)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `ru` are valid for writes; `pid` is our own child, not yet reaped.
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut ru) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error()).context("wait4");
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    Ok((code, ru.ru_maxrss as u64 * 1024))
+}
+
+/// Starts the trainer and returns the seconds to its first `step N/M` line and N; then kills it.
+fn time_to_first_step(args: &Args, flags: &[String], env: &[(&str, String)]) -> Result<(f64, u64)> {
+    let t0 = Instant::now();
+    let mut child = Command::new(&args.train)
+        .args(flags)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().context("piped stderr")?;
+    let mut log = Vec::new();
+    for line in BufReader::new(stderr).lines() {
+        let line = line?;
+        if let Some(rest) = line.strip_prefix("step ")
+            && let Some(n) = rest.split('/').next().and_then(|n| n.parse::<u64>().ok())
+        {
+            let secs = t0.elapsed().as_secs_f64();
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok((secs, n));
+        }
+        log.push(line);
+    }
+    let _ = child.wait();
+    bail!("no training step:\n{}", log.join("\n"))
+}
+
+/// Mean steps lost by a failure at a uniformly random step of `1..=steps`: the steps since
+/// the newest of `saved` before it (0 when none).
+fn mean_work_lost(saved: &[u64], steps: u64) -> f64 {
+    let lost: u64 = (1..=steps)
+        .map(|t| t - saved.iter().copied().filter(|&s| s < t).max().unwrap_or(0))
+        .sum();
+    lost as f64 / steps as f64
+}
+
+/// Bytes under `dir` (files only).
+fn du(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                du(&p)
+            } else {
+                e.metadata().map(|m| m.len()).unwrap_or(0)
+            }
+        })
+        .sum()
+}
+
+/// Copies a directory tree.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let status = Command::new("cp").arg("-a").arg(from).arg(to).status()?;
+    if !status.success() {
+        bail!("cp -a {} {} failed", from.display(), to.display());
+    }
+    Ok(())
+}
+
+/// Evicts every file under `dir` from the page cache (`posix_fadvise(DONTNEED)`; the pages are
+/// clean: the checkpoint was fsynced).
+fn evict(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            evict(&p)?;
+        } else {
+            let f = File::open(&p)?;
+            // SAFETY: a valid open descriptor; advice only.
+            unsafe {
+                libc::posix_fadvise(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    0,
+                    0,
+                    libc::POSIX_FADV_DONTNEED,
+                )
+            };
+        }
+    }
+    Ok(())
+}
+
+fn reset(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.scratch)?;
+    std::fs::create_dir_all(&args.out)?;
+    let moto = test_support::s3::Moto::start();
+    let s3 = test_support::s3::s3_env(&moto.endpoint());
+    let bucket = test_support::s3::BUCKET;
+    let mut sizes = Vec::new();
+    for label in args.sizes.clone() {
+        eprintln!("== {label}");
+        let root = args.scratch.join(format!("{label}-root"));
+        let steps = args.steps;
+        let base_flags = common(&label, &root, steps)?;
+        let mut cost = Vec::new();
+        let modes: [(&str, Vec<String>); 5] = [
+            ("none", vec!["--save-every".into(), "0".into()]),
+            ("disk-10", vec!["--save-every".into(), "10".into()]),
+            ("memory-1", {
+                let mut v = vec!["--save-every".into(), "1000000".into()];
+                v.extend(tier_flags(&args, 1));
+                v
+            }),
+            ("memory-10", {
+                let mut v = vec!["--save-every".into(), "1000000".into()];
+                v.extend(tier_flags(&args, 10));
+                v
+            }),
+            ("none-again", vec!["--save-every".into(), "0".into()]),
+        ];
+        for (mode, extra) in &modes {
+            reset(&root);
+            reset(&args.tier);
+            let flags: Vec<String> = base_flags.iter().chain(extra).cloned().collect();
+            let r = run(&args, &format!("{label}-{mode}"), &flags, &[])?;
+            eprintln!("  {mode}: {:.1} s", r.wall_s);
+            cost.push((mode.to_string(), r));
+        }
+        let base = (cost[0].1.wall_s + cost[4].1.wall_s) / 2.0;
+        let noise = (cost[0].1.wall_s - cost[4].1.wall_s).abs();
+        let state_bytes = cost[1].1.report["saves"][0]["bytes"].as_u64().unwrap_or(0);
+        let mut rows = Vec::new();
+        for (mode, r) in &cost[1..4] {
+            let (saves, work_lost) = if mode.starts_with("memory") {
+                let m = r.memory_saves();
+                (m.len(), mean_work_lost(&m, steps))
+            } else {
+                let d = r.disk_saves();
+                (d.len().saturating_sub(1), mean_work_lost(&d, steps))
+            };
+            let lost = r.wall_s - base - r.final_wait();
+            rows.push(json!({
+                "mode": mode,
+                "wall_s": r.wall_s,
+                "saves": saves,
+                "skipped": r.report["memory_tier"]["skipped"],
+                "lost_s": lost,
+                "lost_per_save_s": lost / saves.max(1) as f64,
+                "mean_steps_lost_per_failure": work_lost,
+                "median_memory_save_ms": median(r.report["memory_tier"]["save_ms"].as_array()
+                    .map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()),
+                "peak_rss": r.peak_rss,
+                "tier_peak_bytes_rank0": r.report["memory_tier"]["peak_bytes"],
+            }));
+        }
+
+        // Recovery: one killed run, restarted four ways from copies.
+        let kill_at = 15;
+        reset(&root);
+        reset(&args.tier);
+        let prefix = format!("s3://{bucket}/{label}-{}", std::process::id());
+        let mut flags: Vec<String> = common(&label, &root, 20)?;
+        flags.extend([
+            "--save-every".into(),
+            "10".into(),
+            "--upload-to".into(),
+            prefix.clone(),
+        ]);
+        flags.extend(tier_flags(&args, 1));
+        let killed = Command::new(&args.train)
+            .args(&flags)
+            .args(["--abort-at-step", &kill_at.to_string()])
+            .envs(s3.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(
+                args.scratch.join(format!("{label}-killed.log")),
+            )?)
+            .status()?;
+        if killed.success() {
+            bail!("the killed run exited cleanly");
+        }
+        let tier_bytes = du(&args.tier);
+        let saved_root = args.scratch.join(format!("{label}-root-saved"));
+        let saved_tier = args.scratch.join(format!("{label}-tier-saved"));
+        reset(&saved_root);
+        reset(&saved_tier);
+        copy_tree(&root, &saved_root)?;
+        let tier_copy = args.tier.with_extension("saved");
+        reset(&tier_copy);
+        copy_tree(&args.tier, &tier_copy)?;
+        let restore = |wipe: &dyn Fn() -> Result<()>, with_tier: bool| -> Result<(f64, u64)> {
+            reset(&root);
+            reset(&args.tier);
+            copy_tree(&saved_root, &root)?;
+            copy_tree(&tier_copy, &args.tier)?;
+            wipe()?;
+            let mut f: Vec<String> = common(&label, &root, 20)?;
+            f.extend(["--save-every".into(), "10".into(), "--resume".into()]);
+            f.extend(["--upload-to".into(), prefix.clone()]);
+            if with_tier {
+                f.extend(tier_flags(&args, 1));
+            }
+            time_to_first_step(&args, &f, &s3)
+        };
+        let own = restore(&|| Ok(()), true)?;
+        let peer = restore(
+            &|| {
+                std::fs::remove_dir_all(args.tier.join("node-1"))?;
+                Ok(())
+            },
+            true,
+        )?;
+        let disk = restore(&|| evict(&root), false)?;
+        let remote = restore(
+            &|| {
+                std::fs::remove_dir_all(&root)?;
+                std::fs::remove_dir_all(&args.tier)?;
+                Ok(())
+            },
+            false,
+        )?;
+        reset(&tier_copy);
+        reset(&saved_root);
+        reset(&root);
+        reset(&args.tier);
+        let recovery = json!({
+            "killed_at": kill_at,
+            "own_memory": {"s": own.0, "first_step": own.1},
+            "peer_replicas": {"s": peer.0, "first_step": peer.1},
+            "disk": {"s": disk.0, "first_step": disk.1},
+            "object_store": {"s": remote.0, "first_step": remote.1},
+            "tier_bytes_all_nodes": tier_bytes,
+        });
+        eprintln!("  recovery: {recovery}");
+        sizes.push(json!({
+            "size": label,
+            "state_bytes": state_bytes,
+            "steps": steps,
+            "baseline_wall_s": base,
+            "baseline_spread_s": noise,
+            "cost": rows,
+            "recovery": recovery,
+        }));
+    }
+    let out = json!({ "sizes": sizes });
+    std::fs::write(
+        args.out.join("memory_tier.json"),
+        serde_json::to_string_pretty(&out)?,
+    )?;
+    std::fs::write(args.out.join("MEMORY_TIER.md"), markdown(&out))?;
+    eprintln!("wrote {}", args.out.join("MEMORY_TIER.md").display());
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn markdown(out: &Value) -> String {
+    let mut s = String::from(
+        "# The memory tier: cost and recovery\n\n\
+         `target/release/examples/memory_tier_bench` (see its doc comment): the example trainer \
+         on 4 ZeRO-1 rank threads as 2 simulated nodes (2 ranks each), per-rank shards, tier \
+         on `/dev/shm`, on this 2-core machine. Lost time is wall time over the mean of two \
+         runs without checkpoints, less the wait for the final save. Work lost per failure: \
+         mean steps since the newest save before a failure at a uniformly random step.\n\n",
+    );
+    for z in out["sizes"].as_array().into_iter().flatten() {
+        let state = z["state_bytes"].as_f64().unwrap_or(0.0) / 1e6;
+        s.push_str(&format!(
+            "## {} ({state:.0} MB of state, {} steps)\n\nRuns without checkpoints: {:.1} s \
+             (the two differ by {:.1} s).\n\n\
+             | saves | whole saves | skipped | lost per save | steps lost per failure | \
+             median memory save | peak RSS |\n|---|---|---|---|---|---|---|\n",
+            z["size"].as_str().unwrap_or(""),
+            z["steps"],
+            z["baseline_wall_s"].as_f64().unwrap_or(0.0),
+            z["baseline_spread_s"].as_f64().unwrap_or(0.0),
+        ));
+        for r in z["cost"].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "| {} | {} | {} | {:.2} s | {:.1} | {} | {:.2} GB |\n",
+                r["mode"].as_str().unwrap_or(""),
+                r["saves"],
+                r["skipped"].as_u64().map_or("-".into(), |v| v.to_string()),
+                r["lost_per_save_s"].as_f64().unwrap_or(f64::NAN),
+                r["mean_steps_lost_per_failure"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                r["median_memory_save_ms"]
+                    .as_f64()
+                    .filter(|v| v.is_finite())
+                    .map_or("-".into(), |v| format!("{v:.0} ms")),
+                r["peak_rss"].as_f64().unwrap_or(0.0) / 1e9,
+            ));
+        }
+        let rc = &z["recovery"];
+        s.push_str(&format!(
+            "\nRecovery after a run killed at step {} (memory save every step, disk every 10, \
+             uploads to a local S3 server); the tier held {:.2} GB on `/dev/shm` (all nodes).\n\n\
+             | restart from | to the first step | resumed at step |\n|---|---|---|\n",
+            rc["killed_at"],
+            rc["tier_bytes_all_nodes"].as_f64().unwrap_or(0.0) / 1e9
+        ));
+        for (k, name) in [
+            ("own_memory", "each rank's own memory tier"),
+            ("peer_replicas", "peers' replicas (node 1 wiped)"),
+            ("disk", "disk (pages evicted with fadvise)"),
+            ("object_store", "object store (local copies gone)"),
+        ] {
+            s.push_str(&format!(
+                "| {name} | {:.2} s | {} |\n",
+                rc[k]["s"].as_f64().unwrap_or(f64::NAN),
+                rc[k]["first_step"]
+                    .as_u64()
+                    .map_or(0, |n| n.saturating_sub(1))
+            ));
+        }
+        s.push('\n');
+    }
+    s
+}
