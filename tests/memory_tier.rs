@@ -1,8 +1,10 @@
-//! The node-local memory tier on 4 ZeRO-1 rank threads as 2 simulated nodes (ranks 0-1 on
-//! node 0, ranks 2-3 on node 1, each node its own directory), `per-rank` shards: a trainer
-//! killed mid-run resumes from the newest step every rank can restore, newer than the disk's,
-//! from its own node's tier, from a peer's replica when its node was wiped, or from disk when
-//! both copies of a part are gone, and ends with the bytes of an uninterrupted run.
+//! The node-local memory tier on 4 ZeRO-1 ranks as 2 simulated nodes (ranks 0-1 on node 0,
+//! ranks 2-3 on node 1, each node its own directory), `per-rank` shards, every case both on
+//! rank threads and under `mpirun -n 4 --dist mpi` (4 processes; skipped, saying so, without
+//! `mpirun`): a trainer killed mid-run resumes from the newest step every rank can restore,
+//! newer than the disk's, from its own node's tier, from a peer's replica when its node was
+//! wiped, or from disk when both copies of a part are gone, and ends with the bytes of an
+//! uninterrupted run (on threads).
 
 mod common;
 
@@ -10,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use burn_ckpt::ckpt_burn::{MODEL_FILE, SCHEDULER_FILE, TRAINER_FILE};
 use burn_ckpt::ckpt_core;
-use common::{Trainer, step_dir, trainer};
+use common::{Finished, Trainer, step_dir, trainer};
 
 const STEPS: u64 = 16;
 const DISK_EVERY: u64 = 4;
@@ -22,7 +24,55 @@ fn child_entry() {
     common::child_entry();
 }
 
-/// 4 rank threads, 2 per node, disk saves every 4 steps, a memory save every step (each one
+/// Where the 4 ranks run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ranks {
+    /// Threads of one trainer process.
+    Threads,
+    /// 4 MPI processes under `mpirun`.
+    Mpi,
+}
+
+/// Threads, and MPI where `mpirun` is installed (and the `mpi` feature built).
+fn launches() -> Vec<Ranks> {
+    let mut v = vec![Ranks::Threads];
+    if cfg!(feature = "mpi") && trainer(Path::new("x")).mpirun_command(4).is_some() {
+        v.push(Ranks::Mpi);
+    } else {
+        eprintln!("SKIP (MPI half): mpirun not found or no `mpi` feature");
+    }
+    v
+}
+
+/// Runs `t` on `ranks` to its end.
+fn exec(t: Trainer, ranks: Ranks) -> Finished {
+    match ranks {
+        Ranks::Threads => t.run(),
+        Ranks::Mpi => {
+            let t0 = std::time::Instant::now();
+            let out = t
+                .arg("--dist", "mpi")
+                .mpirun_command(4)
+                .expect("mpirun")
+                .output()
+                .expect("running mpirun");
+            Finished {
+                status: out.status,
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                elapsed: t0.elapsed(),
+            }
+        }
+    }
+}
+
+/// [`exec`], which must succeed.
+fn exec_ok(t: Trainer, ranks: Ranks) -> Finished {
+    let f = exec(t, ranks);
+    assert!(f.status.success(), "{ranks:?} run failed:\n{}", f.stderr);
+    f
+}
+
+/// 4 ranks, 2 per node, disk saves every 4 steps, a memory save every step (each one
 /// waited for, so the tier holds step 13 when the run is killed there).
 fn run(root: &Path, tier: &Path) -> Trainer {
     trainer(root)
@@ -72,11 +122,11 @@ fn disk_newest(root: &Path) -> u64 {
     step
 }
 
-/// Kills a run at step 13 (every rank: they are threads of the killed process); returns its
-/// root and tier directory.
-fn killed(tmp: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let (root, tier) = (tmp.join(name), tmp.join(format!("{name}-tier")));
-    let f = run(&root, &tier).arg("--abort-at-step", KILL_AT).run();
+/// Kills a run at step 13 (every rank aborts there); returns its root and tier directory.
+fn killed(tmp: &Path, name: &str, ranks: Ranks) -> (PathBuf, PathBuf) {
+    let name = format!("{name}-{ranks:?}");
+    let (root, tier) = (tmp.join(&name), tmp.join(format!("{name}-tier")));
+    let f = exec(run(&root, &tier).arg("--abort-at-step", KILL_AT), ranks);
     assert!(
         !f.status.success(),
         "the killed run exited cleanly:\n{}",
@@ -149,43 +199,83 @@ fn assert_tier_removed(tier: &Path) {
 fn a_crashed_process_resumes_from_its_own_nodes_tier() {
     let tmp = tempfile::tempdir().unwrap();
     let reference = reference(tmp.path());
-    let (root, tier) = killed(tmp.path(), "crash");
-    let f = run(&root, &tier).flag("--resume").run_ok();
-    assert_eq!(resumed_at(&f.stderr), KILL_AT, "{}", f.stderr);
-    assert!(
-        f.stderr.contains("memory tier: rank 0 from its own part"),
-        "{}",
-        f.stderr
-    );
-    assert!(
-        !f.stderr.contains("restored from rank"),
-        "no rank needed a replica:\n{}",
-        f.stderr
-    );
-    assert_same_final(&reference, &root);
-    assert_tier_removed(&tier);
+    for ranks in launches() {
+        let (root, tier) = killed(tmp.path(), "crash", ranks);
+        let f = exec_ok(run(&root, &tier).flag("--resume"), ranks);
+        assert_eq!(resumed_at(&f.stderr), KILL_AT, "{ranks:?}:\n{}", f.stderr);
+        assert!(
+            f.stderr.contains("memory tier: rank 0 from its own part"),
+            "{ranks:?}:\n{}",
+            f.stderr
+        );
+        assert!(
+            !f.stderr.contains("restored from rank"),
+            "{ranks:?}: no rank needed a replica:\n{}",
+            f.stderr
+        );
+        assert_same_final(&reference, &root);
+        assert_tier_removed(&tier);
+    }
 }
 
 #[test]
 fn a_lost_node_resumes_from_its_peers_replicas() {
     let tmp = tempfile::tempdir().unwrap();
     let reference = reference(tmp.path());
-    // Node 1 (ranks 2, 3), then node 0 (ranks 0, 1: rank 0's part holds the model).
-    for (lost, restored_from) in [(1, [0, 1]), (0, [2, 3])] {
-        let (root, tier) = killed(tmp.path(), &format!("lost-node-{lost}"));
-        std::fs::remove_dir_all(tier.join(format!("node-{lost}"))).unwrap();
-        let f = run(&root, &tier).flag("--resume").run_ok();
-        assert_eq!(
-            resumed_at(&f.stderr),
-            KILL_AT,
-            "node {lost} lost:\n{}",
+    for ranks in launches() {
+        // Node 1 (ranks 2, 3), then node 0 (ranks 0, 1: rank 0's part holds the model).
+        for (lost, restored_from) in [(1, [0, 1]), (0, [2, 3])] {
+            let (root, tier) = killed(tmp.path(), &format!("lost-node-{lost}"), ranks);
+            std::fs::remove_dir_all(tier.join(format!("node-{lost}"))).unwrap();
+            let f = exec_ok(run(&root, &tier).flag("--resume"), ranks);
+            assert_eq!(
+                resumed_at(&f.stderr),
+                KILL_AT,
+                "{ranks:?}, node {lost} lost:\n{}",
+                f.stderr
+            );
+            for h in restored_from {
+                assert!(
+                    f.stderr
+                        .contains(&format!("restored from rank {h}'s replica")),
+                    "{ranks:?}, node {lost} lost: no part came back from rank {h}:\n{}",
+                    f.stderr
+                );
+            }
+            assert_same_final(&reference, &root);
+            assert_tier_removed(&tier);
+        }
+    }
+}
+
+#[test]
+fn both_copies_of_a_part_lost_fall_back_to_disk_with_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    for ranks in launches() {
+        let (root, tier) = killed(tmp.path(), "both-lost", ranks);
+        let disk = disk_newest(&root);
+        // Rank 2's own part goes with node 1; rank 0 keeps its replica: corrupt every step.
+        std::fs::remove_dir_all(tier.join("node-1")).unwrap();
+        let replica = run_dir(&tier, 0).join("replica-2-of-4");
+        let shard = burn_ckpt::ckpt_zero::shards::shard_file_name(2, 4);
+        let corrupted = steps_in(&replica);
+        assert!(!corrupted.is_empty());
+        for s in &corrupted {
+            flip_a_byte(&s.join(&shard));
+        }
+        let f = exec_ok(run(&root, &tier).flag("--resume"), ranks);
+        assert_eq!(resumed_at(&f.stderr), disk, "{ranks:?}:\n{}", f.stderr);
+        assert!(
+            f.stderr.contains("rank 2's part has no valid copy"),
+            "{ranks:?}:\n{}",
             f.stderr
         );
-        for h in restored_from {
+        for s in &corrupted {
             assert!(
-                f.stderr
-                    .contains(&format!("restored from rank {h}'s replica")),
-                "node {lost} lost: no part came back from rank {h}:\n{}",
+                f.stderr.contains(&s.display().to_string()),
+                "{ranks:?}: the warning should name {}:\n{}",
+                s.display(),
                 f.stderr
             );
         }
@@ -194,97 +284,70 @@ fn a_lost_node_resumes_from_its_peers_replicas() {
 }
 
 #[test]
-fn both_copies_of_a_part_lost_fall_back_to_disk_with_a_warning() {
-    let tmp = tempfile::tempdir().unwrap();
-    let reference = reference(tmp.path());
-    let (root, tier) = killed(tmp.path(), "both-lost");
-    let disk = disk_newest(&root);
-    // Rank 2's own part goes with node 1; rank 0 keeps its replica: corrupt every step of it.
-    std::fs::remove_dir_all(tier.join("node-1")).unwrap();
-    let replica = run_dir(&tier, 0).join("replica-2-of-4");
-    let shard = burn_ckpt::ckpt_zero::shards::shard_file_name(2, 4);
-    let corrupted = steps_in(&replica);
-    assert!(!corrupted.is_empty());
-    for s in &corrupted {
-        flip_a_byte(&s.join(&shard));
-    }
-    let f = run(&root, &tier).flag("--resume").run_ok();
-    assert_eq!(resumed_at(&f.stderr), disk, "{}", f.stderr);
-    assert!(
-        f.stderr.contains("rank 2's part has no valid copy"),
-        "{}",
-        f.stderr
-    );
-    for s in &corrupted {
-        assert!(
-            f.stderr.contains(&s.display().to_string()),
-            "the warning should name {}:\n{}",
-            s.display(),
-            f.stderr
-        );
-    }
-    assert_same_final(&reference, &root);
-}
-
-#[test]
 fn a_replicas_flipped_byte_is_caught_and_the_own_part_used() {
     let tmp = tempfile::tempdir().unwrap();
     let reference = reference(tmp.path());
-    let (root, tier) = killed(tmp.path(), "flipped");
-    let replica = run_dir(&tier, 1).join("replica-0-of-4");
-    let newest = steps_in(&replica).pop().unwrap();
-    flip_a_byte(&newest.join(MODEL_FILE));
-    let f = run(&root, &tier).flag("--resume").run_ok();
-    assert_eq!(resumed_at(&f.stderr), KILL_AT, "{}", f.stderr);
-    assert!(
-        f.stderr.contains(&newest.display().to_string()) && f.stderr.contains("invalid"),
-        "the flipped byte of {} went unnoticed:\n{}",
-        newest.display(),
-        f.stderr
-    );
-    assert_same_final(&reference, &root);
+    for ranks in launches() {
+        let (root, tier) = killed(tmp.path(), "flipped", ranks);
+        let replica = run_dir(&tier, 1).join("replica-0-of-4");
+        let newest = steps_in(&replica).pop().unwrap();
+        flip_a_byte(&newest.join(MODEL_FILE));
+        let f = exec_ok(run(&root, &tier).flag("--resume"), ranks);
+        assert_eq!(resumed_at(&f.stderr), KILL_AT, "{ranks:?}:\n{}", f.stderr);
+        assert!(
+            f.stderr.contains(&newest.display().to_string()) && f.stderr.contains("invalid"),
+            "{ranks:?}: the flipped byte of {} went unnoticed:\n{}",
+            newest.display(),
+            f.stderr
+        );
+        assert_same_final(&reference, &root);
+    }
 }
 
 #[test]
 fn a_stale_tier_of_another_run_is_never_read() {
     let tmp = tempfile::tempdir().unwrap();
     let reference = reference(tmp.path());
-    // Another run crashes and leaves its tier behind.
-    let (_, tier) = killed(tmp.path(), "other");
-    // This run uses the same tier directory: a resume in its empty root starts at step 0
-    // (reading the other run's parts, of the same seed, would resume later).
-    let root = tmp.path().join("this");
-    let f = run(&root, &tier).flag("--resume").run_ok();
-    assert_eq!(resumed_at(&f.stderr), 0, "{}", f.stderr);
-    assert_same_final(&reference, &root);
+    for ranks in launches() {
+        // Another run crashes and leaves its tier behind.
+        let (_, tier) = killed(tmp.path(), "other", ranks);
+        // This run uses the same tier directory: a resume in its empty root starts at step 0
+        // (reading the other run's parts, of the same seed, would resume later).
+        let root = tmp.path().join(format!("this-{ranks:?}"));
+        let f = exec_ok(run(&root, &tier).flag("--resume"), ranks);
+        assert_eq!(resumed_at(&f.stderr), 0, "{ranks:?}:\n{}", f.stderr);
+        assert_same_final(&reference, &root);
 
-    // A part of another run planted under this run's own directory is refused by its
-    // manifest's run id.
-    let (root, tier) = killed(tmp.path(), "planted");
-    let other = tmp.path().join("other-seed");
-    let other_tier = tmp.path().join("other-seed-tier");
-    run(&other, &other_tier)
-        .arg("--seed", 11)
-        .arg("--abort-at-step", KILL_AT)
-        .run();
-    let theirs = run_dir(&other_tier, 0).join("rank-1-of-4");
-    let ours = run_dir(&tier, 0).join("rank-1-of-4");
-    for s in steps_in(&ours) {
-        std::fs::remove_dir_all(&s).unwrap();
-        let name = s.file_name().unwrap();
-        if theirs.join(name).exists() {
-            copy_dir(&theirs.join(name), &s);
+        // A part of another run (another seed: other bytes) planted under this run's own
+        // directory is refused by its manifest's run id.
+        let (root, tier) = killed(tmp.path(), "planted", ranks);
+        let other = tmp.path().join(format!("other-seed-{ranks:?}"));
+        let other_tier = tmp.path().join(format!("other-seed-{ranks:?}-tier"));
+        exec(
+            run(&other, &other_tier)
+                .arg("--seed", 11)
+                .arg("--abort-at-step", KILL_AT),
+            ranks,
+        );
+        let theirs = run_dir(&other_tier, 0).join("rank-1-of-4");
+        let ours = run_dir(&tier, 0).join("rank-1-of-4");
+        for s in steps_in(&ours) {
+            std::fs::remove_dir_all(&s).unwrap();
+            let name = s.file_name().unwrap();
+            if theirs.join(name).exists() {
+                copy_dir(&theirs.join(name), &s);
+            }
         }
+        let f = exec_ok(run(&root, &tier).flag("--resume"), ranks);
+        assert_eq!(resumed_at(&f.stderr), KILL_AT, "{ranks:?}:\n{}", f.stderr);
+        assert!(f.stderr.contains("another run"), "{ranks:?}:\n{}", f.stderr);
+        assert!(
+            f.stderr.contains("restored from rank 3's replica"),
+            "{ranks:?}: rank 1's part should come from its replica:\n{}",
+            f.stderr
+        );
+        assert_same_final(&reference, &root);
     }
-    let f = run(&root, &tier).flag("--resume").run_ok();
-    assert_eq!(resumed_at(&f.stderr), KILL_AT, "{}", f.stderr);
-    assert!(f.stderr.contains("another run"), "{}", f.stderr);
-    assert!(
-        f.stderr.contains("restored from rank 3's replica"),
-        "rank 1's part should come from its replica:\n{}",
-        f.stderr
-    );
-    assert_same_final(&reference, &root);
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -295,61 +358,23 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The node-loss case under `mpirun -n 4 --dist mpi` (4 processes, 2 simulated nodes): every
-/// rank aborts at step 13, node 1's directory is wiped, 4 new ranks resume from the replicas
-/// ranks 0 and 1 keep, and end with the bytes of the uninterrupted run (on threads).
-#[cfg(feature = "mpi")]
-#[test]
-fn under_mpirun_a_lost_node_resumes_from_its_peers_replicas() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (root, tier) = (tmp.path().join("mpi"), tmp.path().join("mpi-tier"));
-    let mpi = run(&root, &tier).arg("--dist", "mpi");
-    let Some(mut kill) = mpi
-        .clone()
-        .arg("--abort-at-step", KILL_AT)
-        .mpirun_command(4)
-    else {
-        eprintln!("SKIP: mpirun not found (install openmpi-bin)");
-        return;
-    };
-    let reference = reference(tmp.path());
-    let out = kill.output().unwrap();
-    assert!(!out.status.success(), "the killed job exited cleanly");
-    disk_newest(&root);
-    std::fs::remove_dir_all(tier.join("node-1")).unwrap();
-    let out = mpi
-        .flag("--resume")
-        .mpirun_command(4)
-        .unwrap()
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(resumed_at(&stderr), KILL_AT, "{stderr}");
-    for h in [0, 1] {
-        assert!(
-            stderr.contains(&format!("restored from rank {h}'s replica")),
-            "{stderr}"
-        );
-    }
-    assert_same_final(&reference, &root);
-    assert_tier_removed(&tier);
-}
-
 /// A memory-tier step older than the disk's newest is never chosen: memory saves every 11
 /// steps (step 11 whole in every tier), disk saves every 4, killed at 17 (the disk then holds
 /// 12 or 16): the run resumes from the disk.
 #[test]
 fn an_older_memory_step_is_never_chosen_over_the_disks() {
     let tmp = tempfile::tempdir().unwrap();
-    let (root, tier) = (tmp.path().join("older"), tmp.path().join("older-tier"));
-    let t = run(&root, &tier).steps(20).arg("--memory-every", 11);
-    let f = t.clone().arg("--abort-at-step", 17).run();
-    assert!(!f.status.success(), "{}", f.stderr);
-    let latest = ckpt_core::read_latest(&root).unwrap().unwrap();
-    let disk = ckpt_core::layout::parse_step_dir(&latest).unwrap();
-    assert!(disk == 12 || disk == 16, "disk newest {latest}");
-    assert!(!steps_in(&run_dir(&tier, 0).join("rank-0-of-4")).is_empty());
-    let f = t.flag("--resume").run_ok();
-    assert_eq!(resumed_at(&f.stderr), disk, "{}", f.stderr);
+    for ranks in launches() {
+        let root = tmp.path().join(format!("older-{ranks:?}"));
+        let tier = tmp.path().join(format!("older-{ranks:?}-tier"));
+        let t = run(&root, &tier).steps(20).arg("--memory-every", 11);
+        let f = exec(t.clone().arg("--abort-at-step", 17), ranks);
+        assert!(!f.status.success(), "{}", f.stderr);
+        let latest = ckpt_core::read_latest(&root).unwrap().unwrap();
+        let disk = ckpt_core::layout::parse_step_dir(&latest).unwrap();
+        assert!(disk == 12 || disk == 16, "{ranks:?}: disk newest {latest}");
+        assert!(!steps_in(&run_dir(&tier, 0).join("rank-0-of-4")).is_empty());
+        let f = exec_ok(t.flag("--resume"), ranks);
+        assert_eq!(resumed_at(&f.stderr), disk, "{ranks:?}:\n{}", f.stderr);
+    }
 }
