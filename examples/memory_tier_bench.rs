@@ -3,7 +3,7 @@
 //! tier on `/dev/shm`. Writes `MEMORY_TIER.md` and `memory_tier.json` into `--out`.
 //!
 //! ```text
-//! cargo build --release --example train --example memory_tier_bench
+//! cargo build --release --features remote --example train --example memory_tier_bench
 //! target/release/examples/memory_tier_bench                  # 400mb and 1gb
 //! target/release/examples/memory_tier_bench --sizes 10mb     # smoke test
 //! ```
@@ -355,8 +355,11 @@ fn main() -> Result<()> {
                 args.scratch.join(format!("{label}-killed.log")),
             )?)
             .status()?;
-        if killed.success() {
-            bail!("the killed run exited cleanly");
+        if std::os::unix::process::ExitStatusExt::signal(&killed) != Some(libc::SIGABRT) {
+            bail!(
+                "the run to kill did not abort ({killed}): see {}",
+                args.scratch.join(format!("{label}-killed.log")).display()
+            );
         }
         let tier_bytes = du(&args.tier);
         let saved_root = args.scratch.join(format!("{label}-root-saved"));
@@ -453,7 +456,7 @@ fn markdown(out: &Value) -> String {
         s.push_str(&format!(
             "## {} ({state:.0} MB of state, {} steps)\n\nRuns without checkpoints: {:.1} s \
              (the two differ by {:.1} s).\n\n\
-             | saves | whole saves | skipped | lost per save | steps lost per failure | \
+             | run | saves (memory: whole) | skipped | lost per save | steps lost per failure | \
              median memory save | peak RSS |\n|---|---|---|---|---|---|---|\n",
             z["size"].as_str().unwrap_or(""),
             z["steps"],
