@@ -378,3 +378,32 @@ fn an_older_memory_step_is_never_chosen_over_the_disks() {
         assert_eq!(resumed_at(&f.stderr), disk, "{ranks:?}:\n{}", f.stderr);
     }
 }
+
+/// A rank whose part of a memory save fails (as on a full tmpfs) makes that save not whole on
+/// every rank, with a warning, and training goes on; the later saves are whole.
+#[test]
+fn a_failed_part_is_a_warning_and_later_saves_are_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    for ranks in launches() {
+        let root = tmp.path().join(format!("failed-part-{ranks:?}"));
+        let tier = tmp.path().join(format!("failed-part-{ranks:?}-tier"));
+        let f = exec_ok(
+            run(&root, &tier).failpoint("memory_tier_part", "return(2@5)"),
+            ranks,
+        );
+        assert!(
+            f.stderr
+                .contains("memory-tier save is not whole on every rank")
+                && f.stderr.contains("failpoint memory_tier_part"),
+            "{ranks:?}: no warning:\n{}",
+            f.stderr
+        );
+        let summary = f.line("memory tier: ").unwrap_or_default().to_string();
+        assert!(
+            summary.starts_with(&format!("memory tier: {} saves whole", STEPS - 1))
+                && summary.contains("1 not whole"),
+            "{ranks:?}: {summary}\n{}",
+            f.stderr
+        );
+    }
+}

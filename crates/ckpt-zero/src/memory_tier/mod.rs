@@ -57,6 +57,10 @@ pub const RANK_KEY: &str = "part_of_rank";
 /// the step returns, so a test knows what the tier holds when it kills the run.
 #[cfg(feature = "failpoints")]
 pub const FP_MEMORY_TIER_WAIT: &str = "memory_tier_wait";
+/// Failpoint (feature `failpoints`, action `return(R@S)`): rank `R`'s own part of the memory
+/// save of step `S` fails to publish, as a full tmpfs would make it.
+#[cfg(feature = "failpoints")]
+pub const FP_MEMORY_TIER_PART: &str = "memory_tier_part";
 
 /// Settings of the node-local memory tier (see the module docs); the same on every rank.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -267,6 +267,15 @@ impl Worker {
         let (rank, world) = (self.rank(), self.group.size());
         let step = job.trainer.step;
         let root = self.own_root.clone();
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(at)) = fail::eval(super::FP_MEMORY_TIER_PART, |arg| arg)
+            && at == format!("{rank}@{step}")
+        {
+            return Err(Error::Tier {
+                path: root,
+                reason: format!("failpoint {} at step {step}", super::FP_MEMORY_TIER_PART),
+            });
+        }
         let mut snap = part_snapshot(step, job.trainer.epoch, rank, world, &self.run);
         if let Some(model) = job.model {
             snap = model.add_to(snap, &root, step);
