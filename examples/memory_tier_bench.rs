@@ -37,6 +37,11 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 
+// `wait4`: a child's exit status and peak RSS.
+#[path = "bench_report/process.rs"]
+mod process;
+use process::wait4;
+
 /// Flags.
 #[derive(Parser, Debug)]
 #[command(about = "The memory tier's training cost and recovery times")]
@@ -157,24 +162,6 @@ fn run(args: &Args, name: &str, flags: &[String], env: &[(&str, String)]) -> Res
         peak_rss,
         report,
     })
-}
-
-/// Waits for process `pid`; its exit status (or 128 + signal) and peak RSS in bytes.
-fn wait4(pid: u32) -> Result<(i32, u64)> {
-    let mut status: libc::c_int = 0;
-    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `status` and `ru` are valid for writes; `pid` is our own child, not yet reaped.
-    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut ru) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error()).context("wait4");
-    }
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    };
-    Ok((code, ru.ru_maxrss as u64 * 1024))
 }
 
 /// Starts the trainer and returns the seconds to its first `step N/M` line and N; then kills it.

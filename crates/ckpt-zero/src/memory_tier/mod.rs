@@ -243,7 +243,8 @@ impl PartMsg {
         let manifest = ckpt_core::read_manifest(dir)?;
         let mut files = Vec::with_capacity(manifest.files.len());
         for f in &manifest.files {
-            files.push((f.name.clone(), ckpt_core::read_part(dir, &f.name)?));
+            let bytes = manifest.read_part_into(dir, &f.name, |n| vec![0u8; n])?;
+            files.push((f.name.clone(), bytes));
         }
         Ok(PartMsg::Part {
             step: manifest.step,
