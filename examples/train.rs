@@ -84,6 +84,23 @@ enum Budget {
     Mib(u64),
 }
 
+/// `--memory-budget`: a fraction of the training time, or `off`.
+#[derive(Debug, Clone, Copy)]
+enum TierBudget {
+    Fraction(f64),
+    Off,
+}
+
+fn parse_tier_budget(s: &str) -> Result<TierBudget, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(TierBudget::Off);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(TierBudget::Fraction(f)),
+        _ => Err(format!("{s:?} is neither a fraction in (0, 1] nor `off`")),
+    }
+}
+
 fn parse_budget(s: &str) -> Result<Budget, String> {
     if s.eq_ignore_ascii_case("auto") {
         return Ok(Budget::Auto);
@@ -265,9 +282,13 @@ struct Args {
     /// replaced by the node index, to simulate nodes on one machine.
     #[arg(help_heading = MEMORY_TIER, long, value_name = "DIR")]
     memory_tier: Option<PathBuf>,
-    /// Steps between two memory-tier saves.
+    /// Steps between two memory-tier saves, at the most (the budget may space them more).
     #[arg(help_heading = MEMORY_TIER, long, value_name = "N", default_value_t = 1)]
     memory_every: u64,
+    /// The most memory-tier saves may cost training, as a fraction of its time (measured
+    /// on every rank; a due save over it is skipped), or `off`: every due save is taken.
+    #[arg(help_heading = MEMORY_TIER, long, value_name = "FRACTION|off", default_value = "0.05", value_parser = parse_tier_budget)]
+    memory_budget: TierBudget,
     /// Peer ranks on other nodes that keep a replica of each rank's part.
     #[arg(help_heading = MEMORY_TIER, long, value_name = "N", default_value_t = 1)]
     replicas: usize,
@@ -325,11 +346,13 @@ fn run_zero(
                     .flatten()
             })
             .unwrap_or(args.ranks);
-        z.memory_tier = Some(
-            burn_ckpt::ckpt_zero::MemoryTier::new(dir, args.memory_every)
-                .replicas(args.replicas)
-                .ranks_per_node(per_node),
-        );
+        let tier = burn_ckpt::ckpt_zero::MemoryTier::new(dir, args.memory_every)
+            .replicas(args.replicas)
+            .ranks_per_node(per_node);
+        z.memory_tier = Some(match args.memory_budget {
+            TierBudget::Fraction(f) => tier.budget(f),
+            TierBudget::Off => tier.no_budget(),
+        });
     }
     match args.dist {
         Dist::Threads => conclude(
@@ -690,16 +713,33 @@ fn conclude(
             .unwrap_or_default()
     );
     if let Some(m) = &report.memory_tier {
-        let mut ms = m.save_ms.clone();
-        ms.sort_by(f64::total_cmp);
-        let median = ms.get(ms.len() / 2).copied().unwrap_or(0.0);
+        let median = |v: Vec<f64>| {
+            let mut v = v;
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let phase = |f: fn(&burn_ckpt::ckpt_zero::SavePhases) -> f64| {
+            median(m.phases.iter().map(f).collect())
+        };
         eprintln!(
-            "memory tier: {} saves whole (newest step {}), {} skipped while one ran, {} not \
-             whole; median {median:.1} ms each; peak {:.1} MB on rank 0{}",
+            "memory tier: {} saves whole (newest step {}), {} skipped while one ran, {} over the \
+             budget, {} not whole; median {:.1} ms each (own part {:.1}, read {:.1}, exchange \
+             {:.1}, replicas {:.1}, agreement {:.1}); cost training {:.2} s of {:.1} s ({:.1} %) \
+             on rank 0; peak {:.1} MB on rank 0{}",
             m.saved.len(),
             m.saved.last().map_or("-".into(), |s| s.to_string()),
             m.skipped,
+            m.throttled,
             m.failed,
+            median(m.save_ms.clone()),
+            phase(|p| p.own_ms),
+            phase(|p| p.read_ms),
+            phase(|p| p.exchange_ms),
+            phase(|p| p.replica_ms),
+            phase(|p| p.agree_ms),
+            m.lost_s,
+            m.training_s,
+            100.0 * m.lost_s / m.training_s.max(1e-9),
             m.peak_bytes as f64 / 1e6,
             if m.off { "; OFF after a failure" } else { "" }
         );

@@ -75,6 +75,13 @@ fn exec_ok(t: Trainer, ranks: Ranks) -> Finished {
 /// 4 ranks, 2 per node, disk saves every 4 steps, a memory save every step (each one
 /// waited for, so the tier holds step 13 when the run is killed there).
 fn run(root: &Path, tier: &Path) -> Trainer {
+    tiered(root, tier)
+        .arg("--memory-budget", "off")
+        .failpoint("memory_tier_wait", "return")
+}
+
+/// 4 ranks, 2 per node, disk saves every 4 steps, the memory tier's own defaults.
+fn tiered(root: &Path, tier: &Path) -> Trainer {
     trainer(root)
         .steps(STEPS)
         .save_every(DISK_EVERY)
@@ -84,7 +91,6 @@ fn run(root: &Path, tier: &Path) -> Trainer {
         .arg("--shard-format", "per-rank")
         .arg("--memory-tier", format!("{}/node-{{node}}", tier.display()))
         .arg("--ranks-per-node", 2)
-        .failpoint("memory_tier_wait", "return")
 }
 
 fn files() -> Vec<String> {
@@ -388,6 +394,49 @@ fn an_older_memory_step_is_never_chosen_over_the_disks() {
         let f = exec_ok(t.flag("--resume"), ranks);
         assert_eq!(resumed_at(&f.stderr), disk, "{ranks:?}:\n{}", f.stderr);
     }
+}
+
+/// The overhead budget holds: with each memory save's submit made to cost 100 ms of
+/// training (failpoint `memory_tier_submit`) and each save waited for, a run under the default 5 % budget takes few
+/// of its due saves, says how many it skipped for the budget and reports the cost it
+/// measured within the budget's reach; the same run with the budget off takes every one.
+#[test]
+fn the_overhead_budget_throttles_costly_saves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let steps = 24;
+    let go = |budget: &str| {
+        let root = tmp.path().join(format!("budget-{budget}"));
+        let report = tmp.path().join(format!("budget-{budget}.json"));
+        tiered(&root, &tmp.path().join(format!("budget-{budget}-tier")))
+            .steps(steps)
+            .save_every(1000)
+            .arg("--memory-budget", budget)
+            .failpoint("memory_tier_submit", "sleep(100)")
+            .failpoint("memory_tier_wait", "return")
+            .arg("--report", report.display())
+            .run_ok();
+        common::read_report(&report)["memory_tier"].clone()
+    };
+    let off = go("off");
+    let saved = |m: &serde_json::Value| m["saved"].as_array().unwrap().len() as u64;
+    assert_eq!(saved(&off), steps, "budget off: every step saved: {off}");
+    assert_eq!(off["throttled"], 0, "{off}");
+    let lost = |m: &serde_json::Value| m["lost_s"].as_f64().unwrap();
+    let training = |m: &serde_json::Value| m["training_s"].as_f64().unwrap();
+    // Every save cost at least its 100 ms stall, and the account saw it.
+    assert!(lost(&off) >= 0.1 * steps as f64, "{off}");
+    let on = go("0.05");
+    assert!(
+        saved(&on) >= 1 && saved(&on) <= steps / 4,
+        "5 % budget: took {} of {steps} costly saves: {on}",
+        saved(&on)
+    );
+    assert!(on["throttled"].as_u64().unwrap() >= steps / 2, "{on}");
+    // The save taken after the warm-up measured the cost (and was counted); the account
+    // then held the next ones back: a small part of what the run without a budget lost.
+    assert!(lost(&on) >= 0.1, "{on}");
+    assert!(lost(&on) < lost(&off) / 4.0, "{on}\n{off}");
+    assert!(training(&on) > 0.0 && training(&off) > 0.0);
 }
 
 /// A rank whose part of a memory save fails (as on a full tmpfs) makes that save not whole on

@@ -87,6 +87,10 @@ pub struct FrequencyController {
     persist: Ewma,
     /// Training time observed so far: every step plus every stall.
     elapsed: f64,
+    /// [`Self::TAIL_STEPS`] unless set.
+    tail_steps: u64,
+    /// [`Self::MIN_CLEAN_STEPS`] unless set.
+    min_clean_steps: u64,
 }
 
 /// The steps from a save until [`FrequencyController::TAIL_STEPS`] steps after its persist
@@ -161,7 +165,24 @@ impl FrequencyController {
             stall: Ewma::default(),
             persist: Ewma::default(),
             elapsed: 0.0,
+            tail_steps: Self::TAIL_STEPS,
+            min_clean_steps: Self::MIN_CLEAN_STEPS,
         }
+    }
+
+    /// Steps after a persist ends that still count towards its cost (default
+    /// [`Self::TAIL_STEPS`]; at least 1). Fewer let a budget allow saves closer together at
+    /// the price of missing late costs.
+    pub fn tail_steps(mut self, n: u64) -> Self {
+        self.tail_steps = n.max(1);
+        self
+    }
+
+    /// Clean steps required between one save's window and the next save under a budget
+    /// (default [`Self::MIN_CLEAN_STEPS`]; at least 1, so the baseline stays measured).
+    pub fn min_clean_steps(mut self, n: u64) -> Self {
+        self.min_clean_steps = n.max(1);
+        self
     }
 
     /// The policy.
@@ -207,7 +228,7 @@ impl FrequencyController {
         w.steps += 1;
         w.time += t;
         w.after = if persisting { 0 } else { w.after + 1 };
-        if w.after >= Self::TAIL_STEPS {
+        if w.after >= self.tail_steps {
             self.close_window();
         }
     }
@@ -364,7 +385,7 @@ impl FrequencyController {
             } => {
                 if persisting
                     || self.window.is_some()
-                    || (self.last_save_step.is_some() && self.clean_run < Self::MIN_CLEAN_STEPS)
+                    || (self.last_save_step.is_some() && self.clean_run < self.min_clean_steps)
                 {
                     return false;
                 }

@@ -39,7 +39,7 @@ pub use checkpoint::{
 };
 pub use error::{Error, Result};
 pub use manager::{RankConfig, RankManager, RankReport, ShardSave, ShardedRoot};
-pub use memory_tier::{MemoryTier, MemoryTierReport};
+pub use memory_tier::{MemoryTier, MemoryTierReport, SavePhases};
 pub use partition::{ParamInfo, Partition, float_params};
 pub use ranks::{agree_on_boundary, join_ranks};
 pub use restore::{RankRestore, RestoreSource};

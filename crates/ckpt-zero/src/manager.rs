@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::module::Module;
-use ckpt_core::session::{Boundary, SaveMemory};
+use ckpt_core::session::{Boundary, FrequencyController, SaveMemory};
 use ckpt_core::{
-    CheckpointSession, Engine, EngineConfig, SaveEvent, SaveTarget, SessionConfig, SessionReport,
-    Submitted,
+    CheckpointSession, Engine, EngineConfig, FrequencyPolicy, SaveEvent, SaveTarget, SessionConfig,
+    SessionReport, Submitted,
 };
 
 use crate::checkpoint::Job;
@@ -226,6 +226,11 @@ struct MemoryState<M> {
     world: usize,
     group: Option<Box<dyn Collective>>,
     saver: Option<TierSaver<M>>,
+    /// Measures what the tier's saves cost training and, with a budget, decides by it.
+    cost: FrequencyController,
+    /// Whether a memory save ran during the step now ending.
+    ran: bool,
+    started: Instant,
 }
 
 impl<M: Module + 'static> MemoryState<M> {
@@ -286,13 +291,24 @@ impl<M: Module + 'static> RankManager<M> {
                     None => Vec::new(),
                 };
                 tier_group.broadcast(0, &mut run)?;
+                // A memory save is cheap next to a disk save: its window closes one step
+                // after it ends, and one clean step before the next keeps the baseline.
+                let policy = match tier.overhead_budget() {
+                    Some(fraction) => FrequencyPolicy::budget(fraction),
+                    None => FrequencyPolicy::EverySteps(1),
+                };
                 Some(MemoryState {
+                    cost: FrequencyController::new(policy)
+                        .tail_steps(1)
+                        .min_clean_steps(1),
                     tier,
                     run: String::from_utf8_lossy(&run).into_owned(),
                     rank: group.rank(),
                     world: group.size(),
                     group: Some(tier_group),
                     saver: None,
+                    ran: false,
+                    started: Instant::now(),
                 })
             }
             None => None,
@@ -401,23 +417,40 @@ impl<M: Module + 'static> RankManager<M> {
             })?;
         }
         self.session.poll(target)?;
-        if let Some(m) = self.memory.as_mut()
-            && m.tier.due(step)
-        {
-            let saver = m.saver()?;
-            // Every rank skips when any rank's previous memory save still runs: the tier
-            // never makes training wait, and the ranks stay in step.
-            if group.all_agree(!saver.busy())? {
-                saver.submit(match part() {
-                    ShardSave::Now(job) => Job::Ready(job),
-                    ShardSave::Later(build) => Job::Later(step, build),
-                });
-                #[cfg(feature = "failpoints")]
-                if fail::eval(crate::memory_tier::FP_MEMORY_TIER_WAIT, |_| ()).is_some() {
-                    saver.wait();
+        if let Some(m) = self.memory.as_mut() {
+            let busy = m.saver()?.busy();
+            m.cost.observe_step(took, m.ran || busy);
+            m.ran = busy;
+            if m.tier.due(step) {
+                let now = m.started.elapsed();
+                let within = m.cost.should_save(step, now, busy);
+                let saver = m.saver()?;
+                // Every rank skips when any rank's previous memory save still runs or any
+                // rank's account is over the budget: the tier never makes training wait, and
+                // the ranks stay in step.
+                if group.all_agree(!busy && within)? {
+                    let t0 = Instant::now();
+                    #[cfg(feature = "failpoints")]
+                    fail::fail_point!(crate::memory_tier::FP_MEMORY_TIER_SUBMIT);
+                    saver.submit(match part() {
+                        ShardSave::Now(job) => Job::Ready(job),
+                        ShardSave::Later(build) => Job::Later(step, build),
+                    });
+                    #[cfg(feature = "failpoints")]
+                    if fail::eval(crate::memory_tier::FP_MEMORY_TIER_WAIT, |_| ()).is_some() {
+                        saver.wait();
+                    }
+                    let stall = t0.elapsed();
+                    m.cost.saved_after_stall(step, now, stall);
+                    // The stall is training time too (the persist time is not needed here).
+                    m.cost.observe_save(stall, Duration::ZERO);
+                    m.ran = true;
+                } else if busy || within {
+                    // Busy here, or another rank busy or over its budget.
+                    saver.skipped(step);
+                } else {
+                    saver.throttled(step);
                 }
-            } else {
-                saver.skipped(step);
             }
         }
         Ok(b)
@@ -434,7 +467,8 @@ impl<M: Module + 'static> RankManager<M> {
         } = self;
         let mut report = Self::finish_disk(session, target)?;
         if let Some(m) = memory {
-            let r = m.saver.map(TierSaver::finish).unwrap_or_default();
+            let mut r = m.saver.map(TierSaver::finish).unwrap_or_default();
+            (r.training_s, r.lost_s) = (m.cost.spent().0, m.cost.lost().1);
             if r.skipped > 0 && m.rank == 0 {
                 tracing::warn!(
                     skipped = r.skipped,

@@ -22,10 +22,11 @@
 //! manifest last, an atomic rename), and on tmpfs fsync returns at once, so a part survives the
 //! crash of its process but not the loss of its node. Its replicas on other nodes cover that.
 //!
-//! A memory save comes every [`MemoryTier::every`] steps, independent of the disk saves, on a
-//! thread of its own with a collective group of its own; when any rank's previous memory save
-//! is still running, every rank skips this one (counted in the report), so the tier never
-//! makes training wait. A save publishes the rank's own part, sends it to its peers
+//! A memory save comes at most every [`MemoryTier::every`] steps, independent of the disk
+//! saves, on a thread of its own with a collective group of its own; when any rank's previous
+//! memory save is still running, every rank skips this one (counted in the report), so the
+//! tier never makes training wait, and a save is skipped too when it would take the tier's
+//! measured cost over its overhead budget ([`MemoryTier::budget`], 5 % by default). A save publishes the rank's own part, sends it to its peers
 //! ([`crate::collective::Collective::send_recv`]), publishes the replicas it receives, and the
 //! ranks agree on the outcome. Recovery ([`crate::RankManager::resume_from`]) picks the newest
 //! step that every rank can restore, never one older than the disk tier's newest.
@@ -57,16 +58,21 @@ pub const RANK_KEY: &str = "part_of_rank";
 /// the step returns, so a test knows what the tier holds when it kills the run.
 #[cfg(feature = "failpoints")]
 pub const FP_MEMORY_TIER_WAIT: &str = "memory_tier_wait";
+/// Failpoint (feature `failpoints`, action `sleep(MS)`): each memory save's submit on the
+/// training thread takes that much longer, a cost the overhead budget must see.
+#[cfg(feature = "failpoints")]
+pub const FP_MEMORY_TIER_SUBMIT: &str = "memory_tier_submit";
 /// Failpoint (feature `failpoints`, action `return(R@S)`): rank `R`'s own part of the memory
 /// save of step `S` fails to publish, as a full tmpfs would make it.
 #[cfg(feature = "failpoints")]
 pub const FP_MEMORY_TIER_PART: &str = "memory_tier_part";
 
 /// Settings of the node-local memory tier (see the module docs); the same on every rank.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MemoryTier {
     dir: PathBuf,
     every: u64,
+    budget: Option<f64>,
     replicas: usize,
     ranks_per_node: usize,
     keep: usize,
@@ -75,15 +81,44 @@ pub struct MemoryTier {
 impl MemoryTier {
     /// A tier in the node-local directory `dir` (on tmpfs, for example
     /// `/dev/shm/my-run`; [`NODE_PLACEHOLDER`] in it is replaced by the node index), saving
-    /// every `every` steps. Defaults: 1 replica, 1 rank per node, the newest 2 steps kept.
+    /// at most every `every` steps. Defaults: a budget of [`Self::DEFAULT_BUDGET`] of the
+    /// training time, 1 replica, 1 rank per node, the newest 2 steps kept.
     pub fn new(dir: impl Into<PathBuf>, every: u64) -> Self {
         Self {
             dir: dir.into(),
             every,
+            budget: Some(Self::DEFAULT_BUDGET),
             replicas: 1,
             ranks_per_node: 1,
             keep: 2,
         }
+    }
+
+    /// The default overhead budget: memory saves may cost training at most 5 % of its time.
+    pub const DEFAULT_BUDGET: f64 = 0.05;
+
+    /// The most the tier's saves may cost training, as a fraction of the training time
+    /// (default [`Self::DEFAULT_BUDGET`]). What each save costs is measured on every rank as
+    /// the disk tier's overhead budget measures it (the submit's stall plus the excess over
+    /// the baseline step time of the steps while the save runs and one after); a save that
+    /// is due is taken only when every rank's account stays within the budget, and after at
+    /// least one clean step, so the baseline stays measured. The first one waits for the
+    /// warm-up's slow steps to settle (5 steps at least).
+    pub fn budget(mut self, fraction: f64) -> Self {
+        self.budget = Some(fraction);
+        self
+    }
+
+    /// No budget: a save every [`Self::every`] steps whenever the previous one is done,
+    /// whatever it costs (what the tests that kill a run at a known step use).
+    pub fn no_budget(mut self) -> Self {
+        self.budget = None;
+        self
+    }
+
+    /// The overhead budget, if any.
+    pub fn overhead_budget(&self) -> Option<f64> {
+        self.budget
     }
 
     /// How many peers on other nodes keep a replica of each rank's part (default 1; 0 keeps
@@ -128,6 +163,13 @@ impl MemoryTier {
         }
         if self.keep == 0 {
             return bad("it must keep at least 1 step".into());
+        }
+        if let Some(b) = self.budget
+            && !(b > 0.0 && b <= 1.0)
+        {
+            return bad(format!(
+                "the overhead budget must be a fraction in (0, 1], not {b} (or no budget)"
+            ));
         }
         if self.ranks_per_node == 0 || !world.is_multiple_of(self.ranks_per_node) {
             return bad(format!(
@@ -207,92 +249,181 @@ pub struct MemoryTierReport {
     /// The steps of the memory saves published whole on every rank (every part and
     /// replica), in order.
     pub saved: Vec<u64>,
-    /// Memory saves every rank skipped because some rank's previous one was still running.
+    /// Memory saves every rank skipped because some rank's previous one was still running
+    /// (or, under a budget, another rank's account was over it).
     pub skipped: usize,
+    /// Memory saves skipped to keep this rank's account within the overhead budget, or for
+    /// a clean step that measures the baseline step time.
+    pub throttled: usize,
+    /// What the tier's saves cost this rank's training, measured (s): each submit's stall
+    /// plus the excess over the baseline step time of the steps while a save ran and one
+    /// after.
+    pub lost_s: f64,
+    /// Training time of this rank in the same account (s), the steps and the stalls.
+    pub training_s: f64,
     /// Memory saves that were not whole on every rank (each was a warning).
     pub failed: usize,
     /// Each whole save's time on this rank's tier thread, from the part's capture to the
     /// ranks' agreement (ms).
     pub save_ms: Vec<f64>,
+    /// Where each whole save's time went, in the order of [`Self::save_ms`].
+    pub phases: Vec<SavePhases>,
     /// The most bytes this rank's tier held after a save (its own parts and its replicas).
     pub peak_bytes: u64,
     /// The tier went off during the run (its group failed; an error said so).
     pub off: bool,
 }
 
-/// One rank's part of a step as it travels between ranks (a replica, or a part sent back at
-/// recovery).
+/// Where one memory save's time went on a rank's tier thread (ms).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SavePhases {
+    /// Capturing the part and publishing it in the rank's own tier (written, checksummed).
+    pub own_ms: f64,
+    /// Reading the published part back, checked against its manifest, to send it.
+    pub read_ms: f64,
+    /// Sending the part to the peers and receiving their parts (the collective).
+    pub exchange_ms: f64,
+    /// Publishing the received replicas in this rank's tier.
+    pub replica_ms: f64,
+    /// The ranks' agreement on the outcome (waiting for the slowest rank).
+    pub agree_ms: f64,
+}
+
+/// The header of a [`part frame`](read_frame): what follows it.
 #[derive(Serialize, Deserialize)]
-pub(crate) enum PartMsg {
-    /// The part's files.
+enum FrameHeader {
+    /// The part's files, their bytes back to back after the header in this order.
     Part {
         /// Step.
         step: u64,
         /// Epoch.
         epoch: u64,
-        /// File names and contents, as the part's manifest lists them.
-        files: Vec<(String, Vec<u8>)>,
+        /// File names and sizes, as the part's manifest lists them.
+        files: Vec<(String, u64)>,
     },
     /// The sender has no part to send (its own save failed, or its copy is unreadable).
     Missing(String),
 }
 
-impl PartMsg {
-    /// Reads the part published in `dir`, every file checked against the manifest.
-    pub(crate) fn read(dir: &Path) -> Result<Self> {
-        let manifest = ckpt_core::read_manifest(dir)?;
-        let mut files = Vec::with_capacity(manifest.files.len());
-        for f in &manifest.files {
-            let bytes = manifest.read_part_into(dir, &f.name, |n| vec![0u8; n])?;
-            files.push((f.name.clone(), bytes));
-        }
-        Ok(PartMsg::Part {
-            step: manifest.step,
-            epoch: manifest.epoch,
-            files,
-        })
-    }
+/// Bytes before the header: its length, u64 little-endian.
+const FRAME_PREFIX: usize = 8;
 
-    /// The part read from `dir`, or why it is missing.
-    pub(crate) fn read_or_missing(dir: &Path) -> Self {
-        Self::read(dir).unwrap_or_else(|e| PartMsg::Missing(e.to_string()))
-    }
+fn frame_with(header: &FrameHeader, body: usize) -> Result<(Vec<u8>, usize)> {
+    let head = bincode::serde::encode_to_vec(header, bincode::config::standard())
+        .map_err(|e| Error::Config(format!("cannot encode a memory-tier frame header: {e}")))?;
+    let at = FRAME_PREFIX + head.len();
+    // Zeroed pages are mapped lazily: the body costs memory only as it is read into.
+    let mut frame = vec![0u8; at + body];
+    frame[..FRAME_PREFIX].copy_from_slice(&(head.len() as u64).to_le_bytes());
+    frame[FRAME_PREFIX..at].copy_from_slice(&head);
+    Ok((frame, at))
+}
 
-    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
-        bincode::serde::encode_to_vec(self, bincode::config::standard())
-            .map_err(|e| Error::Config(format!("cannot encode a memory-tier part: {e}")))
+/// One rank's part of a step as it travels between ranks (a replica, or a part sent back at
+/// recovery): a small header (step, epoch, the files' names and sizes, or why the part is
+/// missing), then the files' bytes back to back. The files are read from the tier straight
+/// into the frame, each checked against the manifest while it is read, and the receiver
+/// writes them from the frame: the bytes are never encoded or copied in between.
+pub(crate) fn read_frame(dir: &Path) -> Result<Vec<u8>> {
+    let manifest = ckpt_core::read_manifest(dir)?;
+    let header = FrameHeader::Part {
+        step: manifest.step,
+        epoch: manifest.epoch,
+        files: manifest
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), f.size))
+            .collect(),
+    };
+    let body = manifest.files.iter().map(|f| f.size).sum::<u64>();
+    let body = usize::try_from(body).map_err(|_| Error::Tier {
+        path: dir.to_path_buf(),
+        reason: format!("a part of {body} bytes does not fit in memory here"),
+    })?;
+    let (mut frame, mut at) = frame_with(&header, body)?;
+    for f in &manifest.files {
+        let end = at + f.size as usize;
+        manifest.read_part_into(dir, &f.name, |_| &mut frame[at..end])?;
+        at = end;
     }
+    Ok(frame)
+}
 
-    pub(crate) fn decode(bytes: &[u8], from: usize) -> Result<Self> {
-        bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-            .map(|(v, _)| v)
-            .map_err(|e| Error::Tier {
-                path: PathBuf::from(format!("rank {from}")),
-                reason: format!("undecodable part: {e}"),
-            })
-    }
+/// [`read_frame`], or a frame saying why the part is missing.
+pub(crate) fn read_frame_or_missing(dir: &Path) -> Result<Vec<u8>> {
+    read_frame(dir).or_else(|e| missing_frame(&e.to_string()))
+}
 
-    /// Publishes the part in `engine`'s root as rank `of`'s part of run `run` (`world` ranks).
-    pub(crate) fn publish(
-        self,
-        engine: &mut ckpt_core::Engine,
-        of: usize,
-        world: usize,
-        run: &str,
-    ) -> Result<u64> {
-        let PartMsg::Part { step, epoch, files } = self else {
-            return Err(Error::Tier {
-                path: engine.root().to_path_buf(),
-                reason: format!("no part of rank {of} to publish"),
-            });
-        };
-        let mut snap = part_snapshot(step, epoch, of, world, run);
-        for (name, bytes) in files {
-            snap = snap.with_bytes(name, bytes);
-        }
-        engine.submit(snap)?;
-        Ok(engine.wait_idle()?.iter().map(|e| e.bytes).sum())
+/// A frame saying the sender has no part, and why.
+pub(crate) fn missing_frame(why: &str) -> Result<Vec<u8>> {
+    Ok(frame_with(&FrameHeader::Missing(why.into()), 0)?.0)
+}
+
+/// Publishes the part in `frame` (received from rank `from`) in `engine`'s root as rank
+/// `of`'s part of run `run` (`world` ranks); returns the bytes published. A frame that does
+/// not parse, whose sizes do not add up, or that says the part is missing is an error naming
+/// the sender; a flipped byte in a file is caught when the tier is next verified (its
+/// checksum is computed as it is written here, and the sender checked it as it read it).
+pub(crate) fn publish_frame(
+    frame: Vec<u8>,
+    from: usize,
+    engine: &mut ckpt_core::Engine,
+    of: usize,
+    world: usize,
+    run: &str,
+) -> Result<u64> {
+    let bad = |reason: String| Error::Tier {
+        path: PathBuf::from(format!("rank {from}")),
+        reason,
+    };
+    let head_len = frame
+        .get(..FRAME_PREFIX)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= frame.len() - FRAME_PREFIX)
+        .ok_or_else(|| {
+            bad(format!(
+                "a part frame of {} bytes has no header",
+                frame.len()
+            ))
+        })?;
+    let body_at = FRAME_PREFIX + head_len;
+    let header: FrameHeader = bincode::serde::decode_from_slice(
+        &frame[FRAME_PREFIX..body_at],
+        bincode::config::standard(),
+    )
+    .map(|(h, _)| h)
+    .map_err(|e| bad(format!("undecodable part header: {e}")))?;
+    let (step, epoch, files) = match header {
+        FrameHeader::Part { step, epoch, files } => (step, epoch, files),
+        FrameHeader::Missing(why) => return Err(bad(format!("sent no part of rank {of}: {why}"))),
+    };
+    let body = files
+        .iter()
+        .try_fold(0u64, |sum, (_, n)| sum.checked_add(*n))
+        .filter(|&b| b == (frame.len() - body_at) as u64)
+        .ok_or_else(|| {
+            bad(format!(
+                "a part frame's file sizes do not add up to the {} bytes that came",
+                frame.len() - body_at
+            ))
+        })?;
+    debug_assert_eq!(body as usize, frame.len() - body_at);
+    let frame = std::sync::Arc::new(frame);
+    let mut snap = part_snapshot(step, epoch, of, world, run);
+    let mut at = body_at;
+    for (name, size) in files {
+        let (range, frame) = (at..at + size as usize, frame.clone());
+        at = range.end;
+        snap = snap.with_producer(name, move |sink: &mut dyn std::io::Write| {
+            sink.write_all(&frame[range])?;
+            Ok(())
+        });
     }
+    drop(frame);
+    engine.submit(snap)?;
+    Ok(engine.wait_idle()?.iter().map(|e| e.bytes).sum())
 }
 
 /// An empty memory-tier part of rank `of` at `step` (manifest entries set).
@@ -365,6 +496,67 @@ pub(crate) fn root_bytes(root: &Path) -> u64 {
 mod tests {
     use super::*;
 
+    /// A part of rank 1 (2 files) published in `root`; its directory.
+    fn published_part(root: &Path) -> PathBuf {
+        let mut e = open_root(root, 2).unwrap();
+        let snap = part_snapshot(7, 1, 1, 2, "run-a")
+            .with_bytes("a.bin", vec![1u8; 1000])
+            .with_bytes("b.bin", (0..=255u8).collect());
+        e.submit(snap).unwrap();
+        e.wait_idle().unwrap();
+        e.finish().unwrap();
+        root.join(ckpt_core::layout::checkpoint_dir_name(7))
+    }
+
+    #[test]
+    fn a_frame_carries_a_part_to_a_peer_byte_for_byte() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = published_part(&tmp.path().join("own"));
+        let frame = read_frame(&dir).unwrap();
+        let mut peer = open_root(&tmp.path().join("replica"), 2).unwrap();
+        publish_frame(frame, 1, &mut peer, 1, 2, "run-a").unwrap();
+        peer.finish().unwrap();
+        let got = tmp.path().join("replica").join(dir.file_name().unwrap());
+        for f in ["a.bin", "b.bin"] {
+            assert_eq!(
+                std::fs::read(dir.join(f)).unwrap(),
+                std::fs::read(got.join(f)).unwrap()
+            );
+        }
+        assert_eq!(
+            valid_steps(&tmp.path().join("replica"), 1, "run-a"),
+            vec![7]
+        );
+    }
+
+    #[test]
+    fn a_bad_frame_is_an_error_naming_its_sender() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = published_part(&tmp.path().join("own"));
+        let frame = read_frame(&dir).unwrap();
+        let mut peer = open_root(&tmp.path().join("replica"), 2).unwrap();
+        let err = |f: Vec<u8>, peer: &mut ckpt_core::Engine| {
+            publish_frame(f, 3, peer, 1, 2, "run-a")
+                .unwrap_err()
+                .to_string()
+        };
+        let short = frame[..frame.len() - 1].to_vec();
+        assert!(err(short, &mut peer).contains("rank 3"));
+        assert!(err(vec![1, 2, 3], &mut peer).contains("no header"));
+        let mut garbled = frame.clone();
+        garbled[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(err(garbled, &mut peer).contains("no header"));
+        let missing = missing_frame("its tmpfs is full").unwrap();
+        assert!(err(missing, &mut peer).contains("its tmpfs is full"));
+        // A file changed on the sender's tier is caught as it is read.
+        let mut bytes = std::fs::read(dir.join("a.bin")).unwrap();
+        bytes[10] ^= 1;
+        std::fs::write(dir.join("a.bin"), bytes).unwrap();
+        assert!(read_frame(&dir).is_err());
+        peer.finish().unwrap();
+        assert!(valid_steps(&tmp.path().join("replica"), 1, "run-a").is_empty());
+    }
+
     #[test]
     fn peers_sit_on_other_nodes_and_sources_invert_them() {
         let t = MemoryTier::new("/dev/shm/x/node-{node}", 1).ranks_per_node(2);
@@ -389,6 +581,8 @@ mod tests {
     fn bad_settings_say_what_to_change() {
         let e = |t: MemoryTier, w| t.validate(w).unwrap_err().to_string();
         assert!(e(MemoryTier::new("/m", 0), 2).contains("at least 1 step"));
+        assert!(e(MemoryTier::new("/m", 1).budget(0.0), 1).contains("budget"));
+        assert!(e(MemoryTier::new("/m", 1).budget(f64::NAN), 1).contains("budget"));
         assert!(e(MemoryTier::new("/m", 1).ranks_per_node(3), 4).contains("nodes of 3"));
         assert!(e(MemoryTier::new("/m", 1).ranks_per_node(4), 4).contains("1 node"));
         MemoryTier::new("/m", 1)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{MemoryTier, PartMsg, open_root, valid_steps};
+use super::{MemoryTier, open_root, publish_frame, read_frame_or_missing, valid_steps};
 use crate::collective::Collective;
 use crate::restore::{RankRestore, RestoreSource};
 use crate::{Error, Result};
@@ -167,7 +167,7 @@ fn restore_from_memory(
             let dir = tier
                 .replica_root(h, q, world, run)
                 .join(ckpt_core::layout::checkpoint_dir_name(step));
-            PartMsg::read_or_missing(&dir).encode()?
+            read_frame_or_missing(&dir)?
         } else {
             Vec::new()
         };
@@ -176,9 +176,8 @@ fn restore_from_memory(
             source = RestoreSource::PeerReplica { from: h };
             // Whatever this rank has of `step` or later is not a valid part of this run.
             trim(&own_root, step.checked_sub(1));
-            let r = PartMsg::decode(&bytes, h).and_then(|m| {
-                let mut engine = open_root(&own_root, tier.keep)?;
-                let r = m.publish(&mut engine, rank, world, run);
+            let r = open_root(&own_root, tier.keep).and_then(|mut engine| {
+                let r = publish_frame(bytes, h, &mut engine, rank, world, run);
                 engine.finish()?;
                 r
             });

@@ -4,13 +4,16 @@
 
 use std::path::PathBuf;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::module::Module;
 use ckpt_burn::{SCHEDULER_FILE, TRAINER_FILE, encode_scheduler};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use super::{MemoryTier, PartMsg, open_root, part_snapshot, root_bytes};
+use super::{
+    MemoryTier, SavePhases, missing_frame, open_root, part_snapshot, publish_frame,
+    read_frame_or_missing, root_bytes,
+};
 use crate::checkpoint::Job;
 use crate::collective::Collective;
 use crate::shards::shard_file_name;
@@ -19,7 +22,12 @@ use crate::{Error, MemoryTierReport, Result, ShardJob};
 /// What one memory save did on this rank.
 enum Outcome {
     /// Every rank published its part and its replicas.
-    Whole { step: u64, ms: f64, held: u64 },
+    Whole {
+        step: u64,
+        ms: f64,
+        phases: SavePhases,
+        held: u64,
+    },
     /// Some rank's part or replica is missing (this rank's reason, or "another rank").
     Partial { step: u64, reason: String },
     /// The tier's group failed: the tier is off for the rest of the run.
@@ -128,6 +136,12 @@ impl<M: Module + 'static> TierSaver<M> {
         );
     }
 
+    /// A memory save skipped to keep within the overhead budget (or to measure a clean step).
+    pub(crate) fn throttled(&mut self, step: u64) {
+        self.report.throttled += 1;
+        tracing::debug!(step, "memory-tier save skipped: overhead budget");
+    }
+
     /// Takes finished outcomes into the report (waiting for all with `wait`).
     fn drain(&mut self, wait: bool) {
         while self.in_flight > 0 {
@@ -146,9 +160,15 @@ impl<M: Module + 'static> TierSaver<M> {
             self.in_flight -= 1;
             let r = &mut self.report;
             match out {
-                Outcome::Whole { step, ms, held } => {
+                Outcome::Whole {
+                    step,
+                    ms,
+                    phases,
+                    held,
+                } => {
                     r.saved.push(step);
                     r.save_ms.push(ms);
+                    r.phases.push(phases);
                     r.peak_bytes = r.peak_bytes.max(held);
                 }
                 Outcome::Partial { step, reason } => {
@@ -212,20 +232,24 @@ impl Worker {
             .join(ckpt_core::layout::checkpoint_dir_name(step));
         let world = self.group.size();
         let rank = self.rank();
+        let t_own = t0.elapsed();
+        // Read once (checked against its manifest as it is read), sent to every peer.
+        let sent = match &own {
+            Ok(_) => read_frame_or_missing(&own_dir),
+            Err(e) => missing_frame(&e.to_string()),
+        };
+        let sent = match sent {
+            Ok(b) => b,
+            Err(e) => return broken(step, e),
+        };
+        let t_read = t0.elapsed();
+        let (mut exchange, mut replica) = (Duration::ZERO, Duration::ZERO);
         for k in 1..=self.tier.replicas {
-            let msg = match &own {
-                Ok(_) => PartMsg::read_or_missing(&own_dir),
-                Err(e) => PartMsg::Missing(e.to_string()),
-            };
-            let sent = match msg.encode() {
-                Ok(b) => b,
-                Err(e) => return broken(step, e),
-            };
-            drop(msg);
             let (to, from) = (
                 self.tier.peer(rank, k, world),
                 self.tier.source(rank, k, world),
             );
+            let t = Instant::now();
             let got = match self.group.send_recv(Some(to), &sent, Some(from)) {
                 Ok(Some(b)) => b,
                 Ok(None) => {
@@ -233,25 +257,28 @@ impl Worker {
                 }
                 Err(e) => return broken(step, e.into()),
             };
-            drop(sent);
-            let published = PartMsg::decode(&got, from).and_then(|m| match m {
-                PartMsg::Missing(why) => Err(Error::Tier {
-                    path: PathBuf::from(format!("rank {from}")),
-                    reason: format!("sent no part for step {step}: {why}"),
-                }),
-                part => {
-                    let (_, engine) = &mut self.replicas[k - 1];
-                    part.publish(engine, from, world, &self.run)
-                }
-            });
+            exchange += t.elapsed();
+            let t = Instant::now();
+            let (_, engine) = &mut self.replicas[k - 1];
+            let published = publish_frame(got, from, engine, from, world, &self.run);
+            replica += t.elapsed();
             if let Err(e) = published {
                 reason.get_or_insert_with(|| format!("replica of rank {from}: {e}"));
             }
         }
+        drop(sent);
+        let t_agree = Instant::now();
         match self.group.all_agree(reason.is_none()) {
             Ok(true) => Outcome::Whole {
                 step,
                 ms: t0.elapsed().as_secs_f64() * 1e3,
+                phases: SavePhases {
+                    own_ms: ms(t_own),
+                    read_ms: ms(t_read - t_own),
+                    exchange_ms: ms(exchange),
+                    replica_ms: ms(replica),
+                    agree_ms: ms(t_agree.elapsed()),
+                },
                 held: self.held(),
             },
             Ok(false) => Outcome::Partial {
@@ -313,6 +340,10 @@ impl Worker {
             }
         }
     }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn broken(step: u64, e: Error) -> Outcome {
