@@ -724,8 +724,8 @@ fn conclude(
         eprintln!(
             "memory tier: {} saves whole (newest step {}), {} skipped while one ran, {} over the \
              budget, {} not whole; median {:.1} ms each (own part {:.1}, read {:.1}, exchange \
-             {:.1}, replicas {:.1}, agreement {:.1}); cost training {:.2} s of {:.1} s ({:.1} %) \
-             on rank 0; peak {:.1} MB on rank 0{}",
+             {:.1}, replicas {:.1}, agreement {:.1}); cost training {} on rank 0; peak {:.1} MB \
+             on rank 0{}",
             m.saved.len(),
             m.saved.last().map_or("-".into(), |s| s.to_string()),
             m.skipped,
@@ -737,9 +737,14 @@ fn conclude(
             phase(|p| p.exchange_ms),
             phase(|p| p.replica_ms),
             phase(|p| p.agree_ms),
-            m.lost_s,
-            m.training_s,
-            100.0 * m.lost_s / m.training_s.max(1e-9),
+            match m.lost_s {
+                Some(l) => format!(
+                    "{l:.2} s of {:.1} s ({:.1} %)",
+                    m.training_s,
+                    100.0 * l / m.training_s.max(1e-9)
+                ),
+                None => "unmeasured (no step without a save ran for a baseline)".into(),
+            },
             m.peak_bytes as f64 / 1e6,
             if m.off { "; OFF after a failure" } else { "" }
         );

@@ -421,10 +421,7 @@ fn the_overhead_budget_throttles_costly_saves() {
     let saved = |m: &serde_json::Value| m["saved"].as_array().unwrap().len() as u64;
     assert_eq!(saved(&off), steps, "budget off: every step saved: {off}");
     assert_eq!(off["throttled"], 0, "{off}");
-    let lost = |m: &serde_json::Value| m["lost_s"].as_f64().unwrap();
-    let training = |m: &serde_json::Value| m["training_s"].as_f64().unwrap();
-    // Every save cost at least its 100 ms stall, and the account saw it.
-    assert!(lost(&off) >= 0.1 * steps as f64, "{off}");
+    let lost = |m: &serde_json::Value| m["lost_s"].as_f64().expect("a measured cost");
     let on = go("0.05");
     assert!(
         saved(&on) >= 1 && saved(&on) <= steps / 4,
@@ -432,11 +429,9 @@ fn the_overhead_budget_throttles_costly_saves() {
         saved(&on)
     );
     assert!(on["throttled"].as_u64().unwrap() >= steps / 2, "{on}");
-    // The save taken after the warm-up measured the cost (and was counted); the account
-    // then held the next ones back: a small part of what the run without a budget lost.
-    assert!(lost(&on) >= 0.1, "{on}");
-    assert!(lost(&on) < lost(&off) / 4.0, "{on}\n{off}");
-    assert!(training(&on) > 0.0 && training(&off) > 0.0);
+    // The save taken after the warm-up measured the cost, its 100 ms stall included.
+    assert!(lost(&on) >= 0.1 * saved(&on) as f64, "{on}");
+    assert!(on["training_s"].as_f64().unwrap() > lost(&on), "{on}");
 }
 
 /// A rank whose part of a memory save fails (as on a full tmpfs) makes that save not whole on

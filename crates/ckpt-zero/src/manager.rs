@@ -441,10 +441,11 @@ impl<M: Module + 'static> RankManager<M> {
                         saver.wait();
                     }
                     let stall = t0.elapsed();
+                    // It runs during the next step unless it is done already (waited for).
+                    m.ran = saver.busy();
                     m.cost.saved_after_stall(step, now, stall);
                     // The stall is training time too (the persist time is not needed here).
                     m.cost.observe_save(stall, Duration::ZERO);
-                    m.ran = true;
                 } else if busy || within {
                     // Busy here, or another rank busy or over its budget.
                     saver.skipped(step);
@@ -468,7 +469,8 @@ impl<M: Module + 'static> RankManager<M> {
         let mut report = Self::finish_disk(session, target)?;
         if let Some(m) = memory {
             let mut r = m.saver.map(TierSaver::finish).unwrap_or_default();
-            (r.training_s, r.lost_s) = (m.cost.spent().0, m.cost.lost().1);
+            let (baseline, lost) = m.cost.lost();
+            (r.training_s, r.lost_s) = (m.cost.spent().0, baseline.map(|_| lost));
             if r.skipped > 0 && m.rank == 0 {
                 tracing::warn!(
                     skipped = r.skipped,
