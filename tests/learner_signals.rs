@@ -123,6 +123,18 @@ const ZERO: &str = "BURN_CKPT_LEARNER_ZERO";
 /// optimizer steps (each rank reads half of the data: 4 steps per epoch), with the README's
 /// lines: `.deterministic(seed)` and `.resume_latest()`.
 fn zero_program(dir: &Path, epochs: usize) -> LearningResult<Tiny> {
+    zero_program_with(dir, epochs, false)
+}
+
+/// Environment variable: the child's [`zero_program`] keeps a memory tier
+/// ([`zero_program_with`]), logs to stderr, and with [`ABORT_AT`] aborts after the tier's save
+/// of that step instead of the disk's.
+const MEMORY: &str = "BURN_CKPT_LEARNER_MEMORY_TIER";
+
+/// [`zero_program`]; with `memory`, disk saves every 4 steps and a memory tier saving every
+/// step (no budget) in `dir/tier/node-{node}`, each rank its own node.
+fn zero_program_with(dir: &Path, epochs: usize, memory: bool) -> LearningResult<Tiny> {
+    use burn_ckpt::ckpt_zero::MemoryTier;
     use burn_ckpt::ckpt_zero::strategy::ZeroTrainingStrategy;
     let device = Device::flex().autodiff();
     let train = DataLoaderBuilder::new(TinyBatcher)
@@ -137,11 +149,15 @@ fn zero_program(dir: &Path, epochs: usize) -> LearningResult<Tiny> {
         device.clone(),
         2,
         EngineConfig::new(dir.join("ckpt")),
-        FrequencyPolicy::EverySteps(2),
+        FrequencyPolicy::EverySteps(if memory { 4 } else { 2 }),
     )
     .unwrap()
     .deterministic(11)
     .resume_latest();
+    let zero = match memory {
+        true => zero.memory_tier(MemoryTier::new(dir.join("tier/node-{node}"), 1).no_budget()),
+        false => zero,
+    };
     let training = SupervisedTraining::new(dir.join("burn"), train, valid)
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(LossMetric::new())
@@ -158,12 +174,29 @@ fn child_entry() {
         return;
     };
     let (dir, epochs) = spec.split_once('|').unwrap();
+    let memory = std::env::var(MEMORY).is_ok();
+    if memory {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter("info")
+            .init();
+        // Every memory save is waited for: the tier holds the step aborted after.
+        fail::cfg("memory_tier_wait", "return").unwrap();
+    }
     if let Ok(step) = std::env::var(ABORT_AT) {
-        let published = Path::new(dir)
-            .join("ckpt")
-            .join(checkpoint_dir_name(step.parse().unwrap()));
+        let name = checkpoint_dir_name(step.parse().unwrap());
+        let root = Path::new(dir).to_path_buf();
+        // Rank 1's replica of rank 0's part: published after both own parts.
+        let published = move || match memory {
+            true => std::fs::read_dir(root.join("tier/node-1"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|run| run.path().join("replica-0-of-2").join(&name).exists()),
+            false => root.join("ckpt").join(&name).exists(),
+        };
         std::thread::spawn(move || {
-            while !published.exists() {
+            while !published() {
                 std::thread::sleep(Duration::from_millis(1));
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -180,7 +213,7 @@ fn child_entry() {
         }
     };
     if std::env::var(ZERO).is_ok() {
-        let result = zero_program(Path::new(dir), epochs.parse().unwrap());
+        let result = zero_program_with(Path::new(dir), epochs.parse().unwrap(), memory);
         await_abort();
         if let Some(e) = result.error {
             eprintln!("training failed: {e}");
@@ -386,6 +419,61 @@ fn two_zero_ranks_abort_at_three_points_and_resume_exactly() {
             &format!(
                 "on 2 ZeRO ranks after an abort after step {at} (checkpoints then: {before:?})"
             ),
+        );
+    }
+}
+
+/// `ZeroTrainingStrategy` with a memory tier (2 ranks as 2 nodes, a memory save every step,
+/// disk every 4): a real abort after the tier's step 7 resumes from the tier (newer than the
+/// disk's 4), and then from a peer's replica with rank 1's node wiped; both end with the bytes
+/// of the uninterrupted run.
+#[test]
+fn two_zero_ranks_resume_from_the_memory_tier_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    let full = zero_program_with(&base, 3, true);
+    assert!(full.error.is_none(), "{:?}", full.error);
+    assert_eq!(verified_steps(&base.join("ckpt")), vec![4, 8, 12]);
+    assert!(
+        !base.join("tier/node-0").read_dir().unwrap().any(|_| true),
+        "a clean finish removes the tier"
+    );
+    for wipe in [false, true] {
+        let dir = tmp.path().join(format!("memory-wipe-{wipe}"));
+        let env = [
+            (ABORT_AT, "7".to_string()),
+            (ZERO, "1".into()),
+            (MEMORY, "1".into()),
+        ];
+        let out = run_child(&dir, 3, &env);
+        assert!(
+            out.status.code().is_none(),
+            "the child must die by abort after step 7: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!verified_steps(&dir.join("ckpt")).contains(&8));
+        if wipe {
+            std::fs::remove_dir_all(dir.join("tier/node-1")).unwrap();
+        }
+        let out = run_child(&dir, 3, &[(ZERO, "1".into()), (MEMORY, "1".into())]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{:?}\n{stderr}", out.status);
+        assert!(
+            stderr.contains("resumed from the memory tier"),
+            "wipe {wipe}: not resumed from the tier:\n{stderr}"
+        );
+        if wipe {
+            assert!(
+                stderr.contains("restored from rank 0's replica"),
+                "{stderr}"
+            );
+        }
+        assert_same_records(
+            &base.join("ckpt"),
+            &dir.join("ckpt"),
+            12,
+            &format!("on 2 ZeRO ranks resumed from the memory tier (node 1 wiped: {wipe})"),
         );
     }
 }

@@ -93,6 +93,21 @@ impl RankRestore {
         }
     }
 
+    /// The model's record bytes (for `Learner::load_model` after `ModuleRecord::from_bytes`),
+    /// checked against the manifest: from the disk checkpoint, or rank 0's part every rank
+    /// received at recovery.
+    pub fn model_bytes(&mut self) -> Result<Vec<u8>> {
+        match self.model.take() {
+            Some(bytes) => Ok(bytes),
+            None => Ok(ckpt_core::read_part(&self.dir, ckpt_burn::MODEL_FILE)?),
+        }
+    }
+
+    /// The scheduler's record bytes, checked against the manifest.
+    pub fn scheduler_bytes(&self) -> Result<Vec<u8>> {
+        Ok(ckpt_core::read_part(&self.dir, ckpt_burn::SCHEDULER_FILE)?)
+    }
+
     /// This rank's optimizer shard as record bytes for `ModuleOptimizer::from_bytes`: the
     /// parameters `partition` gives `rank`, from the disk checkpoint (any layout, any number
     /// of ranks) or the rank's own memory-tier shard (written by the same partition).

@@ -78,9 +78,9 @@ use ckpt_core::{Engine, EngineConfig, FrequencyPolicy, SessionConfig};
 
 use crate::collective::{Collective, ThreadGroup};
 use crate::manager::{RankConfig, RankManager, ShardSave, ShardedRoot};
-use crate::shards::{filter_optimizer, read_full_optimizer};
 use crate::{
-    Error, ModelPart, OptimShard, Partition, Result, ShardFormat, ShardJob, Zero1, join_ranks,
+    Error, MemoryTier, ModelPart, OptimShard, Partition, RankRestore, RestoreSource, Result,
+    ShardFormat, ShardJob, Zero1, join_ranks,
 };
 
 /// Failpoint: a rank's checkpoint thread, right before it takes Burn's records of the learner
@@ -108,6 +108,7 @@ pub struct ZeroTrainingStrategy {
     seed: Option<u64>,
     deterministic: Option<u64>,
     tuning: SaveTuning,
+    memory: Option<MemoryTier>,
 }
 
 impl std::fmt::Debug for ZeroTrainingStrategy {
@@ -166,6 +167,7 @@ impl ZeroTrainingStrategy {
             seed: None,
             deterministic: None,
             tuning: SaveTuning::default(),
+            memory: None,
         })
     }
 
@@ -210,6 +212,14 @@ impl ZeroTrainingStrategy {
             );
         }
         self.tuning = SaveTuning::default().update_wait(tuning.wait());
+        self
+    }
+
+    /// Also keep the newest steps in a node-local memory tier replicated to peer ranks (see
+    /// [`crate::memory_tier`]): a resume ([`Self::resume_latest`]) then restores the newest
+    /// step every rank can restore from the tier when it is newer than the disk's.
+    pub fn memory_tier(mut self, tier: MemoryTier) -> Self {
+        self.memory = Some(tier);
         self
     }
 
@@ -299,27 +309,23 @@ fn bad_record(dir: &Path, file: &str, e: impl std::fmt::Display) -> Error {
 /// Loads checkpoint `dir` into this rank's learner (its shard of the optimizer state) and
 /// returns (step, epoch, iterations done in that epoch).
 fn restore_rank<M: LearnerModel>(
-    dir: &Path,
+    from: &mut RankRestore,
     learner: &mut Learner<M>,
     partition: &Partition,
     rank: usize,
 ) -> Result<(u64, usize, usize)> {
-    let model = ckpt_core::read_part(dir, MODEL_FILE)?;
-    let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(model))
-        .map_err(|e| bad_record(dir, MODEL_FILE, e))?;
+    let dir = from.dir().to_path_buf();
+    let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(from.model_bytes()?))
+        .map_err(|e| bad_record(&dir, MODEL_FILE, e))?;
     learner.load_model(record);
-    let full = read_full_optimizer(dir)?;
-    let mine = filter_optimizer(&dir.display().to_string(), full, |id| {
-        partition.owns(rank, id)
-    })?;
+    let mine = from.optimizer_shard(partition, rank)?;
     let record = OptimizerRecord::from_bytes(Bytes::from_bytes_vec(mine))
-        .map_err(|e| bad_record(dir, ckpt_burn::OPTIM_FILE, e))?;
+        .map_err(|e| bad_record(&dir, ckpt_burn::OPTIM_FILE, e))?;
     learner.load_optim(record);
-    let sched = ckpt_core::read_part(dir, SCHEDULER_FILE)?;
-    let record = LrSchedulerRecord::from_bytes(Bytes::from_bytes_vec(sched))
-        .map_err(|e| bad_record(dir, SCHEDULER_FILE, e))?;
+    let record = LrSchedulerRecord::from_bytes(Bytes::from_bytes_vec(from.scheduler_bytes()?))
+        .map_err(|e| bad_record(&dir, SCHEDULER_FILE, e))?;
     learner.load_scheduler(record);
-    let t = load_trainer_state(dir)?;
+    let t = from.trainer_state()?;
     Ok((t.step, t.cursor.epoch as usize, t.cursor.position as usize))
 }
 
@@ -467,12 +473,17 @@ fn run_rank<M: LearnerModel>(
     ) -> bool,
 ) -> Result<Learner<M>> {
     let rank = group.rank();
-    let ckpt = RankManager::start(
-        RankConfig::new(&strategy.root, SessionConfig::new(strategy.policy()))
-            .shard_format(strategy.format),
-        engine,
-        group.as_mut(),
-    )?;
+    let mut config = RankConfig::new(&strategy.root, SessionConfig::new(strategy.policy()))
+        .shard_format(strategy.format);
+    if let Some(tier) = &strategy.memory {
+        config = config.memory_tier(tier.clone());
+    }
+    let mut ckpt = RankManager::start(config, engine, group.as_mut())?;
+    // Where this rank resumes from: the disk's newest, or a newer step of the memory tier.
+    let mut from = match strategy.resume {
+        true => ckpt.resume_from(strategy.latest.clone())?,
+        false => None,
+    };
     let seed = match (ckpt.enabled(), strategy.seed) {
         (_, Some(s)) => s,
         (false, None) => 0,
@@ -491,10 +502,14 @@ fn run_rank<M: LearnerModel>(
         .map(|p| p.numel() as u64 * 8)
         .sum();
     let (mut start_step, mut first_epoch, mut skip) = (0, *epochs.start(), 0);
-    if let Some(dir) = strategy.resume_dir() {
-        let (step, epoch, done) = restore_rank(dir, &mut learner, zero.partition(), rank)?;
+    if let Some(from) = from.as_mut() {
+        let (step, epoch, done) = restore_rank(from, &mut learner, zero.partition(), rank)?;
         (start_step, first_epoch, skip) = (step, epoch.max(1), done);
+        if rank == 0 && *from.source() != RestoreSource::Disk {
+            tracing::info!(step, source = ?from.source(), "resumed from the memory tier");
+        }
     }
+    let resumed = from.is_some();
     let mut run = RankRun {
         zero,
         ckpt,
@@ -511,7 +526,7 @@ fn run_rank<M: LearnerModel>(
     run.ckpt.resumed_at(start_step);
     // Burn's shuffled loaders draw a new order at every `iter()` from an RNG that starts afresh
     // in each process: replay the earlier epochs' draws (same rank count: same slices).
-    if strategy.resume_dir().is_some() {
+    if resumed {
         for _ in 1..first_epoch {
             drop(loader.iter());
         }
