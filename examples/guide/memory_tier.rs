@@ -33,3 +33,25 @@ fn resume_from_the_tiers<Model: Module + 'static>(
     let _ = (model, optim, sched);
     Ok(())
 }
+
+/// "Through Burn's learner".
+#[rustfmt::skip] // verbatim from docs/memory-tier.md
+fn learner_ranks<M: burn::train::LearnerModel>(
+    train: burn::train::TrainLoader<M>,
+    valid: burn::train::ValidLoader<M>,
+    device: burn::tensor::Device,
+    learner: burn::train::Learner<M>,
+) -> anyhow::Result<()> {
+    use burn::train::SupervisedTraining;
+    use burn_ckpt::ckpt_zero::strategy::ZeroTrainingStrategy;
+    use burn_ckpt::{EngineConfig, FrequencyPolicy};
+
+    let zero = ZeroTrainingStrategy::new(device, 4, EngineConfig::new("runs/x/ckpt"), FrequencyPolicy::EverySteps(100))?
+        .seed(42)
+        .memory_tier(MemoryTier::new("/dev/shm/my-run/node-{node}", 1).ranks_per_node(2))
+        .resume_latest();                                   // the newest step of either tier
+    let result = SupervisedTraining::new("runs/x", train, valid)
+        .with_training_strategy(zero.into_training_strategy())
+        .launch(learner);
+    Ok(())
+}
