@@ -434,6 +434,35 @@ fn the_overhead_budget_throttles_costly_saves() {
     assert!(on["training_s"].as_f64().unwrap() > lost(&on), "{on}");
 }
 
+/// A rank's tier thread that dies in the middle of a memory save (after its own part, before
+/// the exchange) turns the tier off with an error on every rank; training and disk saves go
+/// on to the end, and the run's final checkpoint is the uninterrupted run's (on threads: one
+/// process, where a panic is contained in its thread).
+#[test]
+fn a_tier_thread_dying_mid_save_turns_the_tier_off_and_training_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    let root = tmp.path().join("dies");
+    let t0 = std::time::Instant::now();
+    let f = run(&root, &tmp.path().join("dies-tier"))
+        .failpoint("memory_tier_die", "return(1@6)")
+        .run_ok();
+    assert!(
+        f.stderr.contains("memory tier off") && f.stderr.contains("OFF after a failure"),
+        "no error that the tier went off:\n{}",
+        f.stderr
+    );
+    assert!(
+        !f.stderr
+            .contains("skipped because the previous one was still running"),
+        "saves after the tier went off are not skipped ones:\n{}",
+        f.stderr
+    );
+    assert_same_final(&reference, &root);
+    let said: Vec<&str> = f.stderr.lines().filter(|l| l.contains("tier")).collect();
+    eprintln!("a dying tier thread: {:?}, said {said:#?}", t0.elapsed());
+}
+
 /// A rank whose part of a memory save fails (as on a full tmpfs) makes that save not whole on
 /// every rank, with a warning, and training goes on; the later saves are whole.
 #[test]

@@ -62,6 +62,10 @@ pub const FP_MEMORY_TIER_WAIT: &str = "memory_tier_wait";
 /// training thread takes that much longer, a cost the overhead budget must see.
 #[cfg(feature = "failpoints")]
 pub const FP_MEMORY_TIER_SUBMIT: &str = "memory_tier_submit";
+/// Failpoint (feature `failpoints`, action `return(R@S)`): rank `R`'s tier thread dies (a
+/// panic) in the memory save of step `S`, after publishing its own part, before the exchange.
+#[cfg(feature = "failpoints")]
+pub const FP_MEMORY_TIER_DIE: &str = "memory_tier_die";
 /// Failpoint (feature `failpoints`, action `return(R@S)`): rank `R`'s own part of the memory
 /// save of step `S` fails to publish, as a full tmpfs would make it.
 #[cfg(feature = "failpoints")]

@@ -127,8 +127,12 @@ impl<M: Module + 'static> TierSaver<M> {
         self.drain(true);
     }
 
-    /// A memory save every rank skipped because some rank's previous one was running.
+    /// A memory save every rank skipped because some rank's previous one was running (not
+    /// counted once this rank's tier is off: nothing runs).
     pub(crate) fn skipped(&mut self, step: u64) {
+        if self.broken {
+            return;
+        }
         self.report.skipped += 1;
         tracing::debug!(
             step,
@@ -243,6 +247,15 @@ impl Worker {
             Err(e) => return broken(step, e),
         };
         let t_read = t0.elapsed();
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(at)) = fail::eval(super::FP_MEMORY_TIER_DIE, |arg| arg)
+            && at == format!("{rank}@{step}")
+        {
+            panic!(
+                "failpoint {}: rank {rank}'s tier thread dies at step {step}",
+                super::FP_MEMORY_TIER_DIE
+            );
+        }
         let (mut exchange, mut replica) = (Duration::ZERO, Duration::ZERO);
         for k in 1..=self.tier.replicas {
             let (to, from) = (
