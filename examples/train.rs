@@ -743,7 +743,7 @@ fn conclude(
                     m.training_s,
                     100.0 * l / m.training_s.max(1e-9)
                 ),
-                None => "unmeasured (no step without a save ran for a baseline)".into(),
+                None => "unmeasured (too few steps without a save for a baseline)".into(),
             },
             m.peak_bytes as f64 / 1e6,
             if m.off { "; OFF after a failure" } else { "" }

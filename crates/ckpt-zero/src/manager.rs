@@ -209,6 +209,9 @@ pub struct RankReport {
     pub memory: Option<MemoryTierReport>,
 }
 
+/// Clean steps (without a memory save) the tier's measured cost needs for its baseline.
+const MIN_BASELINE_STEPS: usize = 5;
+
 /// One ZeRO-1 rank's checkpointing (see the module docs).
 pub struct RankManager<M> {
     session: CheckpointSession,
@@ -469,8 +472,10 @@ impl<M: Module + 'static> RankManager<M> {
         let mut report = Self::finish_disk(session, target)?;
         if let Some(m) = memory {
             let mut r = m.saver.map(TierSaver::finish).unwrap_or_default();
+            // A baseline of a few steps comes from the slow warm-up and hides the cost.
             let (baseline, lost) = m.cost.lost();
-            (r.training_s, r.lost_s) = (m.cost.spent().0, baseline.map(|_| lost));
+            let measured = baseline.is_some() && m.cost.baseline_steps() >= MIN_BASELINE_STEPS;
+            (r.training_s, r.lost_s) = (m.cost.spent().0, measured.then_some(lost));
             if r.skipped > 0 && m.rank == 0 {
                 tracing::warn!(
                     skipped = r.skipped,

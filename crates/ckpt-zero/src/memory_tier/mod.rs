@@ -261,8 +261,8 @@ pub struct MemoryTierReport {
     pub throttled: usize,
     /// What the tier's saves cost this rank's training, measured (s): each submit's stall
     /// plus the excess over the baseline step time of the steps while a save ran and one
-    /// after. `None` when no step ran without a save to measure the baseline (saves back to
-    /// back without a budget).
+    /// after. `None` when fewer than 5 steps ran without a save to measure the baseline
+    /// (saves back to back without a budget).
     pub lost_s: Option<f64>,
     /// Training time of this rank in the same account (s), the steps and the stalls.
     pub training_s: f64,
