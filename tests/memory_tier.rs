@@ -463,6 +463,42 @@ fn a_tier_thread_dying_mid_save_turns_the_tier_off_and_training_goes_on() {
     eprintln!("a dying tier thread: {:?}, said {said:#?}", t0.elapsed());
 }
 
+/// A rank's tier thread that panics while writing its part (a bug in capture or encoding)
+/// fails that save as an error would, on threads and under MPI, where nothing would tell the
+/// peers that the thread is gone and their tier threads would wait for it to the end: a warning
+/// names the panic, the tier stays on, later saves are whole, and the run ends with the
+/// uninterrupted run's bytes.
+#[test]
+fn a_panic_writing_a_part_fails_that_save_and_the_tier_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    for ranks in launches() {
+        let root = tmp.path().join(format!("panics-{ranks:?}"));
+        let tier = tmp.path().join(format!("panics-{ranks:?}-tier"));
+        let f = exec_ok(
+            run(&root, &tier).failpoint("memory_tier_panic", "return(1@5)"),
+            ranks,
+        );
+        assert!(
+            f.stderr
+                .contains("memory-tier save is not whole on every rank")
+                && f.stderr
+                    .contains("rank 1's memory-tier thread panicked writing its part of step 5"),
+            "{ranks:?}: no warning naming the panic:\n{}",
+            f.stderr
+        );
+        let summary = f.line("memory tier: ").unwrap_or_default().to_string();
+        assert!(
+            summary.starts_with(&format!("memory tier: {} saves whole", STEPS - 1))
+                && summary.contains("1 not whole")
+                && !summary.contains("OFF"),
+            "{ranks:?}: {summary}\n{}",
+            f.stderr
+        );
+        assert_same_final(&reference, &root);
+    }
+}
+
 /// A rank whose part of a memory save fails (as on a full tmpfs) makes that save not whole on
 /// every rank, with a warning, and training goes on; the later saves are whole.
 #[test]

@@ -67,7 +67,10 @@ pub struct FrequencyController {
     policy: FrequencyPolicy,
     last_save_step: Option<u64>,
     last_save_at: Option<Duration>,
-    start_step: Option<u64>,
+    /// Steps observed since the controller was made (the run's start or its resume): the
+    /// warm-up counts these, so a caller that asks only at its due steps (the memory tier asks
+    /// every `every` steps) is not held back by the steps it did not ask at.
+    observed: u64,
     /// Recent step times outside any save's cost window: the baseline.
     clean: VecDeque<f64>,
     /// Clean steps since the newest save's window closed.
@@ -152,7 +155,7 @@ impl FrequencyController {
             policy,
             last_save_step: None,
             last_save_at: None,
-            start_step: None,
+            observed: 0,
             clean: VecDeque::new(),
             clean_run: 0,
             last_steps: VecDeque::new(),
@@ -207,6 +210,7 @@ impl FrequencyController {
     /// was running during it.
     pub fn observe_step(&mut self, step_time: Duration, persisting: bool) {
         let t = step_time.as_secs_f64();
+        self.observed += 1;
         self.elapsed += t;
         self.last_steps.push_back(t);
         if self.last_steps.len() > 2 * Self::SETTLE_STEPS {
@@ -371,7 +375,6 @@ impl FrequencyController {
     /// is paid back that way, and a save's cost is only known once its window closed, so saves
     /// never overlap.
     pub fn should_save(&mut self, step: u64, now: Duration, persisting: bool) -> bool {
-        let start = *self.start_step.get_or_insert(step.saturating_sub(1));
         match self.policy {
             FrequencyPolicy::Never => false,
             FrequencyPolicy::EverySteps(n) => n > 0 && step.is_multiple_of(n),
@@ -401,8 +404,8 @@ impl FrequencyController {
                     None => {
                         let warm = warmup_steps.max(1);
                         self.last_save_step.is_none()
-                            && step >= start + warm
-                            && (self.settled() || step >= start + 10 * warm)
+                            && self.observed >= warm
+                            && (self.settled() || self.observed >= 10 * warm)
                     }
                 }
             }
@@ -488,5 +491,23 @@ mod tests {
         assert_eq!(costs.iter().map(|c| c.0).collect::<Vec<_>>(), vec![8, 20]);
         assert!((costs[0].1 - 0.105).abs() < 1e-9, "{costs:?}");
         assert!((costs[1].1 - 0.301).abs() < 1e-9, "{costs:?}");
+    }
+
+    /// The memory tier asks only at its due steps: the warm-up is the steps observed, not
+    /// the steps since the first question (which made `every 10` wait until step 30).
+    #[test]
+    fn a_budget_asked_only_at_due_steps_saves_at_the_first_due_step_after_the_warm_up() {
+        let mut f = FrequencyController::new(FrequencyPolicy::budget(0.05))
+            .tail_steps(1)
+            .min_clean_steps(1);
+        let mut saves = vec![];
+        for s in 1..=30u64 {
+            f.observe_step(Duration::from_millis(100), false);
+            if s % 10 == 0 && f.should_save(s, Duration::from_millis(100 * s), false) {
+                f.saved_after_stall(s, Duration::from_millis(100 * s), Duration::ZERO);
+                saves.push(s);
+            }
+        }
+        assert_eq!(saves, vec![10, 20, 30]);
     }
 }

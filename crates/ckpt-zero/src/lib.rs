@@ -19,6 +19,7 @@
 //!   object store; rank 0 publishes it there once every part is up.
 //! - [`ranks`]: how ranks agree at a step boundary (save, stop) and how rank threads join.
 
+mod caught;
 pub mod checkpoint;
 pub mod collective;
 mod error;

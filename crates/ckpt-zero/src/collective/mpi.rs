@@ -140,11 +140,16 @@ fn init() -> Result<()> {
     .map_err(CollectiveError::Mpi)
 }
 
-/// Chains a panic hook that aborts the MPI job after the previous hook has reported the panic.
+/// Chains a panic hook that aborts the MPI job after the previous hook has reported the panic
+/// (unless the thread catches it, see [`crate::caught`]).
 fn install_abort_on_panic() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         previous(info);
+        // A panic the thread turns into an error (the memory tier's part) is not fatal.
+        if crate::caught::catching() {
+            return;
+        }
         if environment::is_initialized() && !environment::is_finalized() {
             eprintln!("ckpt-zero: a thread panicked on an MPI rank; calling MPI_Abort");
             // SAFETY: MPI is initialized and not finalized; MPI_Abort may be called from any

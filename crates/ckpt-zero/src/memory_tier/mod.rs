@@ -70,6 +70,10 @@ pub const FP_MEMORY_TIER_DIE: &str = "memory_tier_die";
 /// save of step `S` fails to publish, as a full tmpfs would make it.
 #[cfg(feature = "failpoints")]
 pub const FP_MEMORY_TIER_PART: &str = "memory_tier_part";
+/// Failpoint (feature `failpoints`, action `return(R@S)`): rank `R`'s tier thread panics while
+/// writing its own part of the memory save of step `S` (a bug in capture or encoding).
+#[cfg(feature = "failpoints")]
+pub const FP_MEMORY_TIER_PANIC: &str = "memory_tier_panic";
 
 /// Settings of the node-local memory tier (see the module docs); the same on every rank.
 #[derive(Debug, Clone, PartialEq)]

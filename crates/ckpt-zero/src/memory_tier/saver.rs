@@ -229,7 +229,20 @@ impl Worker {
     fn save<M: Module + 'static>(&mut self, job: Job<M>) -> Outcome {
         let step = job.step();
         let t0 = Instant::now();
-        let own = job.build().and_then(|j| self.publish_own(j));
+        // A panic while writing the part (a bug in capture or encoding) fails this save like
+        // an error does: the thread goes on to the exchange, so no peer waits for a thread
+        // that is gone (under MPI nothing would tell it).
+        let own = match crate::caught::catch(|| job.build().and_then(|j| self.publish_own(j))) {
+            Ok(r) => r,
+            Err(panic) => Err(Error::Tier {
+                path: self.own_root.clone(),
+                reason: format!(
+                    "rank {}'s memory-tier thread panicked writing its part of step {step}: \
+                     {panic}",
+                    self.rank()
+                ),
+            }),
+        };
         let mut reason = own.as_ref().err().map(|e| e.to_string());
         let own_dir = self
             .own_root
@@ -315,6 +328,12 @@ impl Worker {
                 path: root,
                 reason: format!("failpoint {} at step {step}", super::FP_MEMORY_TIER_PART),
             });
+        }
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(at)) = fail::eval(super::FP_MEMORY_TIER_PANIC, |arg| arg)
+            && at == format!("{rank}@{step}")
+        {
+            panic!("failpoint {} at step {step}", super::FP_MEMORY_TIER_PANIC);
         }
         let mut snap = part_snapshot(step, job.trainer.epoch, rank, world, &self.run);
         if let Some(model) = job.model {
