@@ -180,21 +180,19 @@ fn child_entry() {
             .with_writer(std::io::stderr)
             .with_env_filter("info")
             .init();
-        // Every memory save is waited for: the tier holds the step aborted after.
-        fail::cfg("memory_tier_wait", "return").unwrap();
+        // Every memory save is waited for: the tier holds the step aborted after, and the
+        // abort comes on the training thread once that save is done, before the next step
+        // (a watcher thread raced the next step's disk save).
+        let action = match std::env::var(ABORT_AT) {
+            Ok(step) => format!("return({step})"),
+            Err(_) => "return".into(),
+        };
+        fail::cfg("memory_tier_wait", &action).unwrap();
     }
-    if let Ok(step) = std::env::var(ABORT_AT) {
+    if let (Ok(step), false) = (std::env::var(ABORT_AT), memory) {
         let name = checkpoint_dir_name(step.parse().unwrap());
         let root = Path::new(dir).to_path_buf();
-        // Rank 1's replica of rank 0's part: published after both own parts.
-        let published = move || match memory {
-            true => std::fs::read_dir(root.join("tier/node-1"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|run| run.path().join("replica-0-of-2").join(&name).exists()),
-            false => root.join("ckpt").join(&name).exists(),
-        };
+        let published = move || root.join("ckpt").join(&name).exists();
         std::thread::spawn(move || {
             while !published() {
                 std::thread::sleep(Duration::from_millis(1));

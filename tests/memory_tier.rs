@@ -527,3 +527,89 @@ fn a_failed_part_is_a_warning_and_later_saves_are_whole() {
         );
     }
 }
+
+/// With an object-store tier (`--upload-to`, a real S3-compatible server) beside the memory
+/// tier, recovery asks the memory tier first and downloads only when it holds nothing as new:
+/// a run killed at step 13 whose local checkpoints are gone resumes from the memory tier at 13
+/// without a download (the object store holds 8 or 12); with its memory tier wiped too, rank 0
+/// downloads the object store's newest and every rank resumes from it. Both end with the
+/// uninterrupted run's bytes.
+#[cfg(feature = "remote")]
+#[test]
+fn the_object_store_is_downloaded_from_only_when_no_memory_step_is_as_new() {
+    use test_support::s3::{BUCKET, Moto, s3_env};
+    let moto = Moto::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = reference(tmp.path());
+    for ranks in launches() {
+        for wipe_tier in [false, true] {
+            let name = format!("tiers-{ranks:?}-{wipe_tier}");
+            let url = format!("s3://{BUCKET}/{name}");
+            let with_s3 = |t: Trainer| {
+                let mut t = t.arg("--upload-to", &url);
+                for (k, v) in s3_env(&moto.endpoint()) {
+                    t = t.env(k, v);
+                }
+                t
+            };
+            let (root, tier) = (tmp.path().join(&name), tmp.path().join(format!("{name}-t")));
+            let f = exec(
+                with_s3(run(&root, &tier)).arg("--abort-at-step", KILL_AT),
+                ranks,
+            );
+            assert!(!f.status.success(), "{}", f.stderr);
+            disk_newest(&root);
+            let remote = ckpt_demo::remote::Remote::open(
+                &url,
+                ckpt_demo::remote::RemoteConfig {
+                    store_options: test_support::s3::store_options(&moto.endpoint()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let uploaded = remote
+                .list()
+                .unwrap()
+                .into_iter()
+                .filter(|c| c.invalid.is_none())
+                .map(|c| c.step)
+                .max()
+                .expect("the killed run uploaded no checkpoint");
+            // The local checkpoints are lost; the run id stays (the tier is this run's).
+            for entry in std::fs::read_dir(&root).unwrap() {
+                let p = entry.unwrap().path();
+                let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                if n.starts_with("step-") {
+                    std::fs::remove_dir_all(&p).unwrap();
+                } else if n == "latest" {
+                    std::fs::remove_file(&p).unwrap();
+                }
+            }
+            if wipe_tier {
+                std::fs::remove_dir_all(&tier).unwrap();
+            }
+            let f = exec_ok(with_s3(run(&root, &tier)).flag("--resume"), ranks);
+            let downloaded = format!("downloaded from {url}/step-{uploaded:08}");
+            if wipe_tier {
+                assert_eq!(resumed_at(&f.stderr), uploaded, "{ranks:?}:\n{}", f.stderr);
+                assert!(
+                    f.stderr.contains("restored the checkpoint from")
+                        && f.stderr.contains(&downloaded),
+                    "{ranks:?}: no download of step {uploaded}:\n{}",
+                    f.stderr
+                );
+            } else {
+                assert_eq!(resumed_at(&f.stderr), KILL_AT, "{ranks:?}:\n{}", f.stderr);
+                assert!(
+                    f.stderr.contains("memory tier: rank 0 from its own part")
+                        && !f.stderr.contains("downloaded from")
+                        && !f.stderr.contains("restored the checkpoint from"),
+                    "{ranks:?}: the memory tier's step 13 is newer than the object store's \
+                     {uploaded}: nothing to download:\n{}",
+                    f.stderr
+                );
+            }
+            assert_same_final(&reference, &root);
+        }
+    }
+}

@@ -103,7 +103,10 @@ fn open_root(cfg: &ZeroConfig) -> Result<Opened> {
         return Ok((None, latest, None));
     }
     let mut root = ShardedRoot::open(demo::engine_config(d))?;
+    // With a memory tier, recovery asks it first and downloads only when the object store
+    // holds the newest step (`RankManager::resume_from`).
     if d.resume
+        && cfg.memory_tier.is_none()
         && let Some(remote) = tier::remote(d)?
     {
         tier::restore_newer(&mut root, &remote)?;
@@ -298,6 +301,10 @@ fn run_rank(
             report.resumed_from_remote = from_remote;
             report.resumed_from_memory = match from.source() {
                 RestoreSource::Disk => None,
+                RestoreSource::ObjectStore { url } => {
+                    report.resumed_from_remote = Some(url.clone());
+                    None
+                }
                 RestoreSource::OwnMemory => Some("its own part".into()),
                 RestoreSource::PeerReplica { from } => Some(format!("the replica on rank {from}")),
             };

@@ -228,6 +228,14 @@ impl<M> Job<M> {
     }
 }
 
+/// What a rank's checkpoint thread is handed.
+enum Work<M> {
+    /// A save.
+    Save(Job<M>),
+    /// Something to run with rank 0's engine between saves ([`ShardedSaver::with_engine`]).
+    WithEngine(Box<dyn FnOnce(&mut Engine) + Send>),
+}
+
 /// The outcome of one sharded save, as this rank saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardOutcome {
@@ -241,7 +249,7 @@ pub struct ShardOutcome {
 
 /// A rank's background checkpoint thread.
 pub struct ShardedSaver<M> {
-    tx: Option<Sender<Job<M>>>,
+    tx: Option<Sender<Work<M>>>,
     done: Receiver<Result<ShardOutcome>>,
     thread: Option<JoinHandle<Result<()>>>,
     rank: usize,
@@ -312,7 +320,7 @@ impl<M: Module + 'static> ShardedSaver<M> {
             ));
         }
         let rank = group.rank();
-        let (tx, rx) = crossbeam_channel::bounded::<Job<M>>(1);
+        let (tx, rx) = crossbeam_channel::bounded::<Work<M>>(1);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let mut worker = Worker {
             group,
@@ -326,7 +334,16 @@ impl<M: Module + 'static> ShardedSaver<M> {
             .spawn(move || -> Result<()> {
                 // Encoding shards yields to training, as the engine's persist thread does.
                 ckpt_core::priority::lower_current_thread(ckpt_core::EngineConfig::PERSIST_NICE);
-                for job in rx {
+                for work in rx {
+                    let job = match work {
+                        Work::Save(job) => job,
+                        Work::WithEngine(f) => {
+                            if let Some(engine) = worker.engine.as_mut() {
+                                f(engine);
+                            }
+                            continue;
+                        }
+                    };
                     let r = worker.save(job);
                     if let (Ok(o), Some(hook)) = (&r, worker.after_publish.as_mut()) {
                         hook(
@@ -393,9 +410,32 @@ impl<M: Module + 'static> ShardedSaver<M> {
         self.blocked += t0.elapsed();
         waited?;
         let tx = self.tx.as_ref().ok_or_else(|| self.gone("submit"))?;
-        tx.send(job).map_err(|_| self.gone("submit"))?;
+        tx.send(Work::Save(job)).map_err(|_| self.gone("submit"))?;
         self.in_flight += 1;
         Ok(())
+    }
+
+    /// Runs `f` with rank 0's engine on the checkpoint thread once the saves in flight are
+    /// done, and returns what it returned (recovery restores a checkpoint into the root this
+    /// way after the engine went to the thread). An error on any other rank.
+    pub(crate) fn with_engine<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Engine) -> T + Send + 'static,
+    ) -> Result<T> {
+        self.wait_idle_inner()?;
+        let (back, answer) = crossbeam_channel::bounded(1);
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| self.gone("use the engine"))?;
+        tx.send(Work::WithEngine(Box::new(move |engine: &mut Engine| {
+            let _ = back.send(f(engine));
+        })))
+        .map_err(|_| self.gone("use the engine"))?;
+        answer.recv().map_err(|_| Error::Rank {
+            rank: self.rank,
+            reason: "only rank 0's checkpoint thread owns the engine".into(),
+        })
     }
 
     /// Waits until no save is in flight; the first failure is returned (the outcomes of the

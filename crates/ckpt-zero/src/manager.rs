@@ -69,6 +69,8 @@ impl ShardedRoot {
 
     /// For a resume with an object-store tier: restores the newest valid checkpoint of
     /// `remote` into the root when no valid local checkpoint is as new (a warning says so).
+    /// With a memory tier, leave it to [`RankManager::resume_from`], which downloads only when
+    /// no memory-tier step is as new.
     #[cfg(feature = "remote")]
     pub fn restore_from(&mut self, remote: &ckpt_remote::Remote) -> Result<()> {
         let local = self
@@ -218,6 +220,9 @@ pub struct RankManager<M> {
     target: Option<RankTarget<M>>,
     need: Option<SaveMemory>,
     memory: Option<MemoryState<M>>,
+    /// The object-store tier, for recovery across the tiers ([`Self::resume_from`]).
+    #[cfg(feature = "remote")]
+    remote: Option<ckpt_remote::Remote>,
 }
 
 /// A rank's memory tier: its settings, the run id, and the tier's group until the thread
@@ -274,6 +279,8 @@ impl<M: Module + 'static> RankManager<M> {
         group: &mut dyn Collective,
     ) -> Result<Self> {
         let ckpt_group = group.split()?;
+        #[cfg(feature = "remote")]
+        let remote = config.upload.clone();
         #[cfg(feature = "remote")]
         let uploader = match config.upload {
             Some(remote) => Some(crate::upload::ShardUploader::start(group.split()?, remote)?),
@@ -340,6 +347,8 @@ impl<M: Module + 'static> RankManager<M> {
             target,
             need: config.need,
             memory,
+            #[cfg(feature = "remote")]
+            remote,
         })
     }
 
@@ -347,8 +356,13 @@ impl<M: Module + 'static> RankManager<M> {
     /// checkpoint of the disk tier ([`ShardedRoot::settle`]; with a memory tier only rank 0's
     /// is read, and every rank must call this). With a memory tier the ranks agree on the
     /// newest step every rank can restore, from its own part, else from a peer's replica sent
-    /// back over the tier's group, never older than `disk`; else `disk`. `None`: nothing to
-    /// resume. Parts of the tier newer than the step returned are removed.
+    /// back over the tier's group, never older than the disk's or the object store's newest;
+    /// else `disk`, or (with an object-store tier, [`RankConfig::upload_to`]) a newer
+    /// checkpoint rank 0 downloads from the object store only then. `None`: nothing to resume.
+    /// Parts of the tier newer than the step returned are removed.
+    ///
+    /// Without a memory tier, [`ShardedRoot::restore_from`] restores from the object store
+    /// before the ranks start.
     pub fn resume_from(&mut self, disk: Option<PathBuf>) -> Result<Option<RankRestore>> {
         let Some(m) = self.memory.as_mut() else {
             return disk.map(RankRestore::disk).transpose();
@@ -357,7 +371,14 @@ impl<M: Module + 'static> RankManager<M> {
             .group
             .as_mut()
             .ok_or_else(|| Error::Config("resume_from must come before the first step".into()))?;
-        crate::memory_tier::recover(group.as_mut(), &m.tier, &m.run, disk)
+        #[cfg(feature = "remote")]
+        let store = match (&self.remote, self.target.as_mut()) {
+            (Some(remote), Some(t)) if m.rank == 0 => Some(object_store(remote, &mut t.saver)?),
+            _ => None,
+        };
+        #[cfg(not(feature = "remote"))]
+        let store = None;
+        crate::memory_tier::recover(group.as_mut(), &m.tier, &m.run, disk, store)
     }
 
     /// Whether this run checkpoints at all.
@@ -440,8 +461,14 @@ impl<M: Module + 'static> RankManager<M> {
                         ShardSave::Later(build) => Job::Later(step, build),
                     });
                     #[cfg(feature = "failpoints")]
-                    if fail::eval(crate::memory_tier::FP_MEMORY_TIER_WAIT, |_| ()).is_some() {
+                    if let Some(abort_at) =
+                        fail::eval(crate::memory_tier::FP_MEMORY_TIER_WAIT, |arg| arg)
+                    {
                         saver.wait();
+                        if abort_at.and_then(|a| a.parse::<u64>().ok()) == Some(step) {
+                            tracing::error!(step, "failpoint memory_tier_wait: aborting");
+                            std::process::abort();
+                        }
                     }
                     let stall = t0.elapsed();
                     // It runs during the next step unless it is done already (waited for).
@@ -523,6 +550,38 @@ impl<M: Module + 'static> RankManager<M> {
             }),
         }
     }
+}
+
+/// Rank 0's object-store tier for recovery: its newest valid step now, and a download through
+/// the engine on the checkpoint thread.
+#[cfg(feature = "remote")]
+fn object_store<'a, M: Module + 'static>(
+    remote: &ckpt_remote::Remote,
+    saver: &'a mut ShardedSaver<M>,
+) -> Result<crate::memory_tier::ObjectStore<'a>> {
+    let newest = remote
+        .list()?
+        .iter()
+        .rev()
+        .find(|c| c.invalid.is_none())
+        .map(|c| c.step);
+    let remote = remote.clone();
+    Ok(crate::memory_tier::ObjectStore {
+        newest,
+        download: Box::new(move |newer_than| {
+            let r = remote.clone();
+            let restored =
+                saver.with_engine(move |engine| r.restore_newest(engine, newer_than))??;
+            Ok(restored.map(|r| {
+                let url = format!(
+                    "{}/{}",
+                    remote.url(),
+                    ckpt_core::layout::checkpoint_dir_name(r.step)
+                );
+                (r.event.path, url)
+            }))
+        }),
+    })
 }
 
 /// A rank's save target: its sharded saver and the object-store tier behind it, whose

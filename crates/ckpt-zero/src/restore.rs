@@ -23,6 +23,12 @@ pub enum RestoreSource {
         /// The rank that kept the replica.
         from: usize,
     },
+    /// A whole checkpoint downloaded from the object store into the disk tier at recovery
+    /// (no valid local or memory-tier step was as new).
+    ObjectStore {
+        /// The checkpoint's URL.
+        url: String,
+    },
 }
 
 /// Where one rank resumes from (from [`crate::RankManager::resume_from`]).
@@ -46,6 +52,14 @@ impl RankRestore {
             model: None,
             source: RestoreSource::Disk,
         })
+    }
+
+    /// The disk checkpoint, as downloaded from `url`.
+    pub(crate) fn downloaded_from(self, url: String) -> Self {
+        Self {
+            source: RestoreSource::ObjectStore { url },
+            ..self
+        }
     }
 
     /// This rank's memory-tier part in `dir`, with rank 0's model `model`.

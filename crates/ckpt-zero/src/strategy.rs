@@ -505,7 +505,12 @@ fn run_rank<M: LearnerModel>(
     if let Some(from) = from.as_mut() {
         let (step, epoch, done) = restore_rank(from, &mut learner, zero.partition(), rank)?;
         (start_step, first_epoch, skip) = (step, epoch.max(1), done);
-        if rank == 0 && *from.source() != RestoreSource::Disk {
+        if rank == 0
+            && matches!(
+                from.source(),
+                RestoreSource::OwnMemory | RestoreSource::PeerReplica { .. }
+            )
+        {
             tracing::info!(step, source = ?from.source(), "resumed from the memory tier");
         }
     }

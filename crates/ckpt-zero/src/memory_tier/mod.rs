@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
-pub(crate) use recover::recover;
+pub(crate) use recover::{ObjectStore, recover};
 pub(crate) use saver::{TierSaver, remove_rank_dirs};
 
 /// The placeholder in [`MemoryTier::new`]'s directory replaced by the rank's node index (to
@@ -55,7 +55,9 @@ pub const RUN_KEY: &str = "run_id";
 pub const RANK_KEY: &str = "part_of_rank";
 
 /// Failpoint (feature `failpoints`, action `return`): every memory save is waited for before
-/// the step returns, so a test knows what the tier holds when it kills the run.
+/// the step returns, so a test knows what the tier holds when it kills the run; `return(S)`
+/// also aborts the process once the save of step `S` is done, on the training thread, before
+/// the next step can start (a kill at a known point, free of timing).
 #[cfg(feature = "failpoints")]
 pub const FP_MEMORY_TIER_WAIT: &str = "memory_tier_wait";
 /// Failpoint (feature `failpoints`, action `sleep(MS)`): each memory save's submit on the

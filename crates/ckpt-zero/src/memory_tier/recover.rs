@@ -40,22 +40,67 @@ fn step_of(dir: &Path) -> Option<u64> {
         .and_then(ckpt_core::layout::parse_step_dir)
 }
 
+/// Rank 0's object-store tier at recovery: its newest valid step, and a download of its
+/// newest valid checkpoint newer than a step into the disk root (the checkpoint's directory and
+/// URL). Asked only after the memory tier: a download happens only when the object store holds
+/// the newest step every rank can restore.
+pub(crate) struct ObjectStore<'a> {
+    /// The newest valid step in the object store.
+    pub(crate) newest: Option<u64>,
+    /// Downloads the newest valid checkpoint newer than the given step.
+    pub(crate) download: Download<'a>,
+}
+
+/// Downloads the object store's newest valid checkpoint newer than a step into the disk root:
+/// its directory and URL, `None` when there is none.
+pub(crate) type Download<'a> =
+    Box<dyn FnMut(Option<u64>) -> Result<Option<(PathBuf, String)>> + 'a>;
+
+/// What rank 0 tells every rank before recovery: the disk tier's newest valid checkpoint and
+/// the object store's newest valid step.
+#[derive(Serialize, Deserialize)]
+struct Persistent {
+    disk: Option<String>,
+    remote: Option<u64>,
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| Error::Config(e.to_string()))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(|e| Error::Tier {
+            path: PathBuf::from("rank 0"),
+            reason: format!("undecodable {what}: {e}"),
+        })
+}
+
 /// Recovers this rank (every rank calls it, on the tier's group, before training): `disk` is
-/// rank 0's newest valid disk checkpoint (ignored on the other ranks). Returns where this rank
-/// restores from, or `None` when there is nothing to resume.
+/// rank 0's newest valid disk checkpoint and `store` its object-store tier (both ignored on
+/// the other ranks). The newest step every rank can restore wins, never older than either
+/// persistent tier's newest; an equal step comes from memory, then disk. Returns where this
+/// rank restores from, or `None` when there is nothing to resume.
 pub(crate) fn recover(
     group: &mut dyn Collective,
     tier: &MemoryTier,
     run: &str,
     disk: Option<PathBuf>,
+    store: Option<ObjectStore<'_>>,
 ) -> Result<Option<RankRestore>> {
     let (rank, world) = (group.rank(), group.size());
-    let mut path = disk
-        .map(|p| p.to_string_lossy().into_owned().into_bytes())
-        .unwrap_or_default();
-    group.broadcast(0, &mut path)?;
-    let disk = (!path.is_empty()).then(|| PathBuf::from(String::from_utf8_lossy(&path).as_ref()));
+    let mut msg = encode(&Persistent {
+        disk: disk.map(|p| p.to_string_lossy().into_owned()),
+        remote: store.as_ref().and_then(|s| s.newest),
+    })?;
+    group.broadcast(0, &mut msg)?;
+    let told: Persistent = decode(&msg, "persistent tiers")?;
+    let disk = told.disk.map(PathBuf::from);
     let disk_step = disk.as_deref().and_then(step_of);
+    let remote_step = told.remote.filter(|&r| disk_step.is_none_or(|d| r > d));
+    let floor = remote_step.max(disk_step);
 
     let own_root = tier.own_root(rank, world, run);
     let mine = Holdings {
@@ -68,8 +113,7 @@ pub(crate) fn recover(
             })
             .collect(),
     };
-    let msg = bincode::serde::encode_to_vec(&mine, bincode::config::standard())
-        .map_err(|e| Error::Config(e.to_string()))?;
+    let msg = encode(&mine)?;
     let all: Vec<Holdings> = group
         .all_gather(&msg)?
         .iter()
@@ -92,7 +136,7 @@ pub(crate) fn recover(
                 .chain(h.replicas.iter().flat_map(|(_, s)| s.iter()))
                 .copied()
         })
-        .filter(|&s| disk_step.is_none_or(|d| s >= d))
+        .filter(|&s| floor.is_none_or(|f| s >= f))
         .collect();
     steps.sort_unstable();
     steps.dedup();
@@ -122,14 +166,10 @@ pub(crate) fn recover(
     };
     let restored = match restored {
         Some(r) => Some(r),
-        None => {
-            if let Some(d) = &disk
-                && rank == 0
-            {
-                tracing::info!(disk = %d.display(), "resuming from the disk tier");
-            }
-            disk.map(RankRestore::disk).transpose()?
-        }
+        None => match remote_step {
+            Some(_) => from_object_store(group, store, disk, disk_step)?,
+            None => from_disk(rank, disk)?,
+        },
     };
     // Parts newer than the step resumed from belong to an abandoned timeline: the steps the
     // run takes again will be saved afresh.
@@ -140,6 +180,63 @@ pub(crate) fn recover(
         trim(&tier.replica_root(rank, of, world, run), to);
     }
     Ok(restored)
+}
+
+fn from_disk(rank: usize, disk: Option<PathBuf>) -> Result<Option<RankRestore>> {
+    if let Some(d) = &disk
+        && rank == 0
+    {
+        tracing::info!(disk = %d.display(), "resuming from the disk tier");
+    }
+    disk.map(RankRestore::disk).transpose()
+}
+
+/// Rank 0 downloads the object store's newest valid checkpoint newer than the disk's into the
+/// disk root and tells every rank where it is; the disk's newest when none downloads (each
+/// corrupt one a warning), an error on every rank when the download fails.
+fn from_object_store(
+    group: &mut dyn Collective,
+    store: Option<ObjectStore<'_>>,
+    disk: Option<PathBuf>,
+    disk_step: Option<u64>,
+) -> Result<Option<RankRestore>> {
+    let rank = group.rank();
+    let mut own_error = None;
+    let got: std::result::Result<Option<(String, String)>, String> = match store {
+        Some(mut s) if rank == 0 => match (s.download)(disk_step) {
+            Ok(d) => Ok(d.map(|(dir, url)| (dir.to_string_lossy().into_owned(), url))),
+            Err(e) => {
+                let told = Err(e.to_string());
+                own_error = Some(e);
+                told
+            }
+        },
+        _ => Ok(None),
+    };
+    let mut msg = encode(&got)?;
+    group.broadcast(0, &mut msg)?;
+    if let Some(e) = own_error {
+        return Err(e);
+    }
+    let got: std::result::Result<Option<(String, String)>, String> =
+        decode(&msg, "object-store restore")?;
+    match got {
+        Ok(Some((dir, url))) => {
+            if rank == 0 {
+                tracing::warn!(
+                    disk = ?disk_step,
+                    "restored the checkpoint from {url}: no valid local checkpoint or \
+                     memory-tier step is as new"
+                );
+            }
+            RankRestore::disk(PathBuf::from(dir)).map(|r| Some(r.downloaded_from(url)))
+        }
+        Ok(None) => from_disk(rank, disk),
+        Err(reason) => Err(Error::Tier {
+            path: PathBuf::from("rank 0"),
+            reason: format!("restoring from the object store failed: {reason}"),
+        }),
+    }
 }
 
 /// Sends every rank without its own part of `step` the replica a peer keeps, then agrees; rank
