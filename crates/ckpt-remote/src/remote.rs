@@ -205,6 +205,11 @@ impl Remote {
         &self.url
     }
 
+    /// The URL of checkpoint `step` under this prefix (`URL/step-…`), as messages name it.
+    pub fn checkpoint_url(&self, step: u64) -> String {
+        format!("{}/{}", self.url, checkpoint_dir_name(step))
+    }
+
     /// The configuration.
     pub fn config(&self) -> &RemoteConfig {
         &self.config

@@ -80,11 +80,7 @@ impl ShardedRoot {
             .and_then(|n| n.to_str())
             .and_then(ckpt_core::layout::parse_step_dir);
         if let Some(r) = remote.restore_newest(&mut self.engine, local)? {
-            let from = format!(
-                "{}/{}",
-                remote.url(),
-                ckpt_core::layout::checkpoint_dir_name(r.step)
-            );
+            let from = remote.checkpoint_url(r.step);
             tracing::warn!(
                 step = r.step,
                 local = ?local,
@@ -572,14 +568,7 @@ fn object_store<'a, M: Module + 'static>(
             let r = remote.clone();
             let restored =
                 saver.with_engine(move |engine| r.restore_newest(engine, newer_than))??;
-            Ok(restored.map(|r| {
-                let url = format!(
-                    "{}/{}",
-                    remote.url(),
-                    ckpt_core::layout::checkpoint_dir_name(r.step)
-                );
-                (r.event.path, url)
-            }))
+            Ok(restored.map(|r| (r.event.path, remote.checkpoint_url(r.step))))
         }),
     })
 }

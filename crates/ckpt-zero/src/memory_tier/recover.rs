@@ -54,7 +54,7 @@ pub(crate) struct ObjectStore<'a> {
 /// Downloads the object store's newest valid checkpoint newer than a step into the disk root:
 /// its directory and URL, `None` when there is none.
 pub(crate) type Download<'a> =
-    Box<dyn FnMut(Option<u64>) -> Result<Option<(PathBuf, String)>> + 'a>;
+    Box<dyn FnOnce(Option<u64>) -> Result<Option<(PathBuf, String)>> + 'a>;
 
 /// What rank 0 tells every rank before recovery: the disk tier's newest valid checkpoint and
 /// the object store's newest valid step.
@@ -203,7 +203,7 @@ fn from_object_store(
     let rank = group.rank();
     let mut own_error = None;
     let got: std::result::Result<Option<(String, String)>, String> = match store {
-        Some(mut s) if rank == 0 => match (s.download)(disk_step) {
+        Some(s) if rank == 0 => match (s.download)(disk_step) {
             Ok(d) => Ok(d.map(|(dir, url)| (dir.to_string_lossy().into_owned(), url))),
             Err(e) => {
                 let told = Err(e.to_string());
