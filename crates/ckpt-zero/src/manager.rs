@@ -235,6 +235,8 @@ struct MemoryState<M> {
     /// Whether a memory save ran during the step now ending.
     ran: bool,
     started: Instant,
+    /// Each submitted save's time on the training thread (ms), for the report.
+    stalls: Vec<f64>,
 }
 
 impl<M: Module + 'static> MemoryState<M> {
@@ -315,6 +317,7 @@ impl<M: Module + 'static> RankManager<M> {
                     saver: None,
                     ran: false,
                     started: Instant::now(),
+                    stalls: Vec::new(),
                 })
             }
             None => None,
@@ -442,6 +445,7 @@ impl<M: Module + 'static> RankManager<M> {
             m.cost.observe_step(took, m.ran || busy);
             m.ran = busy;
             if m.tier.due(step) {
+                let asked = Instant::now();
                 let now = m.started.elapsed();
                 let within = m.cost.should_save(step, now, busy);
                 let saver = m.saver()?;
@@ -472,6 +476,7 @@ impl<M: Module + 'static> RankManager<M> {
                     m.cost.saved_after_stall(step, now, stall);
                     // The stall is training time too (the persist time is not needed here).
                     m.cost.observe_save(stall, Duration::ZERO);
+                    m.stalls.push(asked.elapsed().as_secs_f64() * 1e3);
                 } else if busy || within {
                     // Busy here, or another rank busy or over its budget.
                     saver.skipped(step);
@@ -499,6 +504,7 @@ impl<M: Module + 'static> RankManager<M> {
             let (baseline, lost) = m.cost.lost();
             let measured = baseline.is_some() && m.cost.baseline_steps() >= MIN_BASELINE_STEPS;
             (r.training_s, r.lost_s) = (m.cost.spent().0, measured.then_some(lost));
+            r.stall_ms = m.stalls;
             if r.skipped > 0 && m.rank == 0 {
                 tracing::warn!(
                     skipped = r.skipped,

@@ -49,8 +49,14 @@
 //! - Resume on the same number of ranks replays each rank's shuffled-loader draws of the
 //!   earlier epochs, so a shuffled `DataLoaderBuilder` loader resumes mid-epoch exactly
 //!   (tested on 2 ranks). With [`ZeroTrainingStrategy::deterministic`] every rank re-seeds the
-//!   backend RNG from `(seed, step, rank)` before its forward/backward pass, under a
-//!   process-wide lock, so dropout masks replay too (the ranks' passes then run one at a time).
+//!   backend RNG from `(seed, step, rank)` before its forward/backward pass, so dropout masks
+//!   replay too.
+//! - The ranks' forward/backward passes run one at a time, under a process-wide lock: Burn
+//!   0.22.1's autodiff graph registry deadlocks when threads run passes at once on graphs that
+//!   share nodes, as the ranks' learners share their parameters' nodes. Each pass still uses
+//!   every core the backend uses; what runs beside it is the other ranks' all-reduce, optimizer
+//!   step and checkpoint threads. Ranks as MPI processes do not share a registry (the example
+//!   trainer's rank threads take the same lock).
 
 use std::{
     path::{Path, PathBuf},
@@ -77,10 +83,10 @@ use ckpt_burn::{
 use ckpt_core::{Engine, EngineConfig, FrequencyPolicy, SessionConfig};
 
 use crate::collective::{Collective, ThreadGroup};
-use crate::manager::{RankConfig, RankManager, ShardSave, ShardedRoot};
+use crate::manager::{RankConfig, RankManager, RankReport, ShardSave, ShardedRoot};
 use crate::{
-    Error, MemoryTier, ModelPart, OptimShard, Partition, RankRestore, RestoreSource, Result,
-    ShardFormat, ShardJob, Zero1, join_ranks,
+    Error, MemoryTier, MemoryTierReport, ModelPart, OptimShard, Partition, RankRestore,
+    RestoreSource, Result, ShardFormat, ShardJob, Zero1, join_ranks,
 };
 
 /// Failpoint: a rank's checkpoint thread, right before it takes Burn's records of the learner
@@ -109,6 +115,32 @@ pub struct ZeroTrainingStrategy {
     deterministic: Option<u64>,
     tuning: SaveTuning,
     memory: Option<MemoryTier>,
+    reports: ZeroReports,
+}
+
+/// What each rank's checkpointing did in a [`ZeroTrainingStrategy`]'s run: a handle taken
+/// with [`ZeroTrainingStrategy::reports`] before training, filled as each rank finishes
+/// (disk saves, uploads, the memory tier's saves, stalls and bytes).
+#[derive(Debug, Clone, Default)]
+pub struct ZeroReports(Arc<Mutex<Vec<(usize, RankReport)>>>);
+
+impl ZeroReports {
+    /// Rank `rank`'s report, once its training has ended cleanly (`None` before, or when the
+    /// rank failed).
+    pub fn rank(&self, rank: usize) -> Option<RankReport> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(r, _)| *r == rank)
+            .map(|(_, report)| report.clone())
+    }
+
+    fn put(&self, rank: usize, report: RankReport) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(r, _)| *r != rank);
+        all.push((rank, report));
+    }
 }
 
 impl std::fmt::Debug for ZeroTrainingStrategy {
@@ -168,6 +200,7 @@ impl ZeroTrainingStrategy {
             deterministic: None,
             tuning: SaveTuning::default(),
             memory: None,
+            reports: ZeroReports::default(),
         })
     }
 
@@ -213,6 +246,12 @@ impl ZeroTrainingStrategy {
         }
         self.tuning = SaveTuning::default().update_wait(tuning.wait());
         self
+    }
+
+    /// A handle on what each rank's checkpointing did, filled when training ends: take it
+    /// before [`Self::into_training_strategy`] (rank 0 also logs the memory tier's summary).
+    pub fn reports(&self) -> ZeroReports {
+        self.reports.clone()
     }
 
     /// Also keep the newest steps in a node-local memory tier replicated to peer ranks (see
@@ -355,13 +394,24 @@ impl<M: LearnerModel> RankRun<M> {
             }
             let progress = iterator.progress();
             let t_step = Instant::now();
-            let out = ckpt_burn::seeded_pass(
-                &self.device,
-                self.deterministic,
-                self.step + 1,
-                self.rank as u64,
-                || learner.train_step(item),
-            );
+            let out = match self.deterministic {
+                Some(_) => ckpt_burn::seeded_pass(
+                    &self.device,
+                    self.deterministic,
+                    self.step + 1,
+                    self.rank as u64,
+                    || learner.train_step(item),
+                ),
+                // One rank's pass at a time: Burn 0.22.1's autodiff graph registry deadlocks
+                // when threads run passes at once on graphs that share nodes (the ranks'
+                // learners share their parameters' nodes, and a forward merging into a graph
+                // holds the registry's lock while a backward holding that graph's lock waits
+                // for it).
+                None => {
+                    let _one_pass = ckpt_burn::backend_rng_lock();
+                    learner.train_step(item)
+                }
+            };
             let owned = self.zero.reduce_owned(&learner.model(), out.grads)?;
             wait_for_saves(self.wait_before_update);
             learner.lr_step();
@@ -560,8 +610,37 @@ fn run_rank<M: LearnerModel>(
             break;
         }
     }
-    run.ckpt.finish()?;
+    let report = run.ckpt.finish()?;
+    if rank == 0
+        && let Some(m) = &report.memory
+    {
+        log_memory_tier(m);
+    }
+    strategy.reports.put(rank, report);
     Ok(learner)
+}
+
+/// Rank 0's summary of what the memory tier did (the learner route prints nothing else).
+fn log_memory_tier(m: &MemoryTierReport) {
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    tracing::info!(
+        saved = m.saved.len(),
+        newest = ?m.saved.last(),
+        skipped_while_one_ran = m.skipped,
+        over_the_budget = m.throttled,
+        not_whole = m.failed,
+        median_save_ms = ?median(&m.save_ms),
+        median_stall_ms = ?median(&m.stall_ms),
+        cost_s = ?m.lost_s,
+        training_s = m.training_s,
+        peak_bytes = m.peak_bytes,
+        off = m.off,
+        "memory tier (rank 0)"
+    );
 }
 
 impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {

@@ -343,3 +343,46 @@ fn by_default_the_update_after_a_save_waits_for_the_frozen_learners() {
         "without the wait, no step started with state held: {copied:?}"
     );
 }
+
+/// Burn 0.22.1's autodiff graph registry deadlocks when threads run passes at once on graphs
+/// that share nodes, as the ranks' learners share their parameters' nodes until the first
+/// update: a backward holds its graph's lock and takes the registry's, while a forward merging
+/// into that graph holds the registry's and takes the graph's. 4 ranks without the deterministic
+/// mode (which serializes their passes for its own reasons) start 60 fresh runs. A deadlock
+/// leaves Burn's registry locked for every later test in this process, so it aborts the process
+/// with a message instead of hanging.
+#[test]
+fn four_ranks_without_the_deterministic_mode_never_deadlock_in_burns_autodiff() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for run in 0..60 {
+            train_with(
+                &root.join(format!("run-{run}")),
+                4,
+                1,
+                ShardFormat::Consolidated,
+                true,
+                false,
+                4,
+                None,
+            );
+        }
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(std::time::Duration::from_secs(300)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            eprintln!(
+                "60 runs of 4 ranks did not finish in 300 s: deadlocked in Burn's autodiff graph \
+                 registry (rank threads running passes at once)"
+            );
+            std::process::abort();
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("training failed (see the panic above)")
+        }
+    }
+}
