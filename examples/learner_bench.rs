@@ -35,6 +35,7 @@ use burn_ckpt::ckpt_burn::checkpointers::CkptCheckpointers;
 use burn_ckpt::ckpt_burn::strategy::CkptTrainingStrategy;
 use burn_ckpt::ckpt_burn::{SaveTuning, UpdateWait};
 use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, Retention};
+use burn_ckpt::ckpt_zero::MemoryTier;
 use burn_ckpt::ckpt_zero::strategy::ZeroTrainingStrategy;
 use clap::Parser;
 
@@ -42,7 +43,7 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 struct Args {
     /// `ours` (the README's learner lines), `burn` (Burn's checkpointer), `zero`
-    /// (`ZeroTrainingStrategy`) or `off`.
+    /// (`ZeroTrainingStrategy`), `zero-off` (its ranks without checkpoints) or `off`.
     #[arg(long, default_value = "ours")]
     mode: String,
     /// `--mode ours` and `zero`: whether an update waits for the save to give the learner's
@@ -50,9 +51,21 @@ struct Args {
     /// comparisons.
     #[arg(long, default_value = "auto")]
     update_wait: String,
-    /// Rank threads of `--mode zero`.
+    /// Rank threads of `--mode zero` and `zero-off`.
     #[arg(long, default_value_t = 1)]
     ranks: usize,
+    /// `--mode zero`: the memory tier's node-local directory (`{node}`: the node index).
+    #[arg(long)]
+    memory_tier: Option<PathBuf>,
+    /// `--mode zero`: steps between two memory saves, at the most.
+    #[arg(long, default_value_t = 1)]
+    memory_every: u64,
+    /// `--mode zero`: the memory tier's overhead budget (a fraction, or `off`).
+    #[arg(long, default_value = "0.05")]
+    memory_budget: String,
+    /// `--mode zero`: ranks per simulated node of the memory tier.
+    #[arg(long, default_value_t = 1)]
+    ranks_per_node: usize,
     /// Width of each layer.
     #[arg(long, default_value_t = 1024)]
     hidden: usize,
@@ -194,6 +207,7 @@ fn main() -> Result<()> {
         .with_application_logger(None)
         .num_epochs(args.epochs);
     let every = args.steps_per_epoch as u64;
+    let mut rank0 = None;
     let wait = match args.update_wait.as_str() {
         "auto" => UpdateWait::Auto,
         "always" => UpdateWait::Always,
@@ -230,22 +244,37 @@ fn main() -> Result<()> {
                 anyhow::bail!("training failed: {e}");
             }
         }
-        "zero" => {
-            let zero = ZeroTrainingStrategy::new(
+        "zero" | "zero-off" => {
+            let policy = match args.mode.as_str() {
+                "zero" => FrequencyPolicy::EverySteps(every),
+                _ => FrequencyPolicy::Never,
+            };
+            let mut zero = ZeroTrainingStrategy::new(
                 device.clone(),
                 args.ranks,
                 EngineConfig::new(args.dir.join("ckpt")).retention(Retention::keep_last(3)),
-                FrequencyPolicy::EverySteps(every),
+                policy,
             )?
             .replicate_data(true)
             .tuning(SaveTuning::default().update_wait(wait))
             .seed(42);
+            if let Some(dir) = &args.memory_tier {
+                // docs/memory-tier.md's learner lines.
+                let tier =
+                    MemoryTier::new(dir, args.memory_every).ranks_per_node(args.ranks_per_node);
+                zero = zero.memory_tier(match args.memory_budget.as_str() {
+                    "off" => tier.no_budget(),
+                    f => tier.budget(f.parse().context("--memory-budget: a fraction or off")?),
+                });
+            }
+            let reports = zero.reports();
             let result = training
                 .with_training_strategy(zero.into_training_strategy())
                 .launch(learner);
             if let Some(e) = result.error {
                 anyhow::bail!("training failed: {e}");
             }
+            rank0 = reports.rank(0);
         }
         "off" => {
             let result = training.launch(learner);
@@ -253,7 +282,7 @@ fn main() -> Result<()> {
                 anyhow::bail!("training failed: {e}");
             }
         }
-        other => anyhow::bail!("--mode {other}: ours, burn, zero or off"),
+        other => anyhow::bail!("--mode {other}: ours, burn, zero, zero-off or off"),
     }
     let wall_s = t0.elapsed().as_secs_f64();
     let starts = STEP_STARTS
@@ -264,7 +293,7 @@ fn main() -> Result<()> {
         .iter()
         .map(|t| t.duration_since(t0).as_secs_f64())
         .collect();
-    let saved: Vec<usize> = if args.mode == "off" {
+    let saved: Vec<usize> = if args.mode.ends_with("off") {
         Vec::new()
     } else {
         (1..=args.epochs)
@@ -279,6 +308,8 @@ fn main() -> Result<()> {
         "step_starts_s": step_starts_s,
         "steps_per_epoch": args.steps_per_epoch,
         "saved_steps": saved,
+        "memory_tier": rank0.as_ref().and_then(|r| r.memory.as_ref()),
+        "disk_stall_ms": rank0.as_ref().map(|r| r.session.saves.iter().map(|s| s.stall_ms).collect::<Vec<_>>()),
     });
     if let Some(path) = &args.report {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)

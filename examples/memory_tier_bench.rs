@@ -3,7 +3,8 @@
 //! tier on `/dev/shm`. Writes `MEMORY_TIER.md` and `memory_tier.json` into `--out`.
 //!
 //! ```text
-//! cargo build --release --features remote --example train --example memory_tier_bench
+//! cargo build --release --features remote --example train --example memory_tier_bench \
+//!     --example learner_bench
 //! target/release/examples/memory_tier_bench                  # 400mb and 1gb
 //! target/release/examples/memory_tier_bench --sizes 10mb     # smoke test
 //! ```
@@ -24,7 +25,16 @@
 //!   `posix_fadvise(DONTNEED)`, since this machine does not allow dropping caches), and from
 //!   the object store (local root and tier gone).
 //! - **Memory**: the tier's bytes on `/dev/shm` after the killed run (every node), and the
-//!   runs' peak RSS.
+//!   runs' peak RSS, and its excess over the runs without checkpoints.
+//! - **Stall per save**: the time a save held rank 0's training thread, as the library
+//!   measured it (`MemoryTierReport::stall_ms`, a disk save's `stall_ms`).
+//! - **Burn's learner route** (`learner_bench`, unless `--no-learner`): a plain
+//!   `SupervisedTraining` program with ZeRO-1 on 4 rank threads (`ZeroTrainingStrategy`) as 2
+//!   simulated nodes, without checkpoints (twice), with a disk save every 10 steps, and with
+//!   the docs' memory-tier lines besides (a save due every step, default budget and off); and
+//!   on one device, Burn's own checkpointer against no checkpoints at the same steps. Stall per
+//!   save from the step gaps against the runs without checkpoints, lost time per save, extra
+//!   peak RSS.
 
 use std::{
     fs::File,
@@ -65,6 +75,12 @@ struct Args {
     /// Training steps of each cost run.
     #[arg(long, default_value_t = 30)]
     steps: u64,
+    /// The plain Burn program of the learner route.
+    #[arg(long, default_value = "target/release/examples/learner_bench")]
+    learner: PathBuf,
+    /// Skip the learner route (the trainer's runs only).
+    #[arg(long)]
+    no_learner: bool,
 }
 
 /// `(layers - 1) * hidden^2` parameters, times 12 bytes (weights and AdamW's two moments).
@@ -92,6 +108,20 @@ impl Run {
         self.report["saves"]
             .as_array()
             .map(|a| a.iter().filter_map(|s| s["step"].as_u64()).collect())
+            .unwrap_or_default()
+    }
+    /// Each disk save's stall on rank 0's training thread (ms), as the library measured it.
+    fn disk_stalls(&self) -> Vec<f64> {
+        self.report["saves"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s["stall_ms"].as_f64()).collect())
+            .unwrap_or_default()
+    }
+    /// Each memory save's stall on rank 0's training thread (ms), as the library measured it.
+    fn memory_stalls(&self) -> Vec<f64> {
+        self.report["memory_tier"]["stall_ms"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
             .unwrap_or_default()
     }
     fn memory_saves(&self) -> Vec<u64> {
@@ -141,10 +171,22 @@ fn tier_flags(args: &Args, every: u64, budget: &str) -> Vec<String> {
 
 /// Runs the trainer to the end; its report and peak RSS.
 fn run(args: &Args, name: &str, flags: &[String], env: &[(&str, String)]) -> Result<Run> {
+    run_bin(&args.train, args, name, flags, env)
+}
+
+/// Runs `bin` (the trainer or `learner_bench`) with `--report` to the end; its report and
+/// peak RSS.
+fn run_bin(
+    bin: &Path,
+    args: &Args,
+    name: &str,
+    flags: &[String],
+    env: &[(&str, String)],
+) -> Result<Run> {
     let report_path = args.scratch.join(format!("{name}.json"));
     let log_path = args.scratch.join(format!("{name}.log"));
     let log = File::create(&log_path)?;
-    let child = Command::new(&args.train)
+    let child = Command::new(bin)
         .args(flags)
         .arg("--report")
         .arg(&report_path)
@@ -153,7 +195,7 @@ fn run(args: &Args, name: &str, flags: &[String], env: &[(&str, String)]) -> Res
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .with_context(|| format!("starting {}", args.train.display()))?;
+        .with_context(|| format!("starting {}", bin.display()))?;
     let t0 = Instant::now();
     let (status, peak_rss) = wait4(child.id())?;
     let elapsed = t0.elapsed().as_secs_f64();
@@ -298,6 +340,7 @@ fn main() -> Result<()> {
         let base = (cost[0].1.wall_s + cost[last].1.wall_s) / 2.0;
         let noise = (cost[0].1.wall_s - cost[last].1.wall_s).abs();
         let state_bytes = cost[1].1.report["saves"][0]["bytes"].as_u64().unwrap_or(0);
+        let base_rss = (cost[0].1.peak_rss + cost[last].1.peak_rss) as f64 / 2.0;
         let mut rows = Vec::new();
         for (mode, r) in &cost[1..last] {
             let (saves, work_lost) = if mode.starts_with("memory") {
@@ -308,7 +351,14 @@ fn main() -> Result<()> {
                 (d.len().saturating_sub(1), mean_work_lost(&d, steps))
             };
             let lost = r.wall_s - base - r.final_wait();
+            let stall = if mode.starts_with("memory") {
+                median(r.memory_stalls())
+            } else {
+                median(r.disk_stalls())
+            };
             rows.push(json!({
+                "median_stall_ms": stall,
+                "extra_peak_rss": r.peak_rss as f64 - base_rss,
                 "mode": mode,
                 "wall_s": r.wall_s,
                 "saves": saves,
@@ -409,14 +459,21 @@ fn main() -> Result<()> {
             "tier_bytes_all_nodes": tier_bytes,
         });
         eprintln!("  recovery: {recovery}");
+        let learner = if args.no_learner {
+            Value::Null
+        } else {
+            learner_route(&args, &label)?
+        };
         sizes.push(json!({
             "size": label,
             "state_bytes": state_bytes,
             "steps": steps,
             "baseline_wall_s": base,
             "baseline_spread_s": noise,
+            "baseline_peak_rss": base_rss,
             "cost": rows,
             "recovery": recovery,
+            "learner": learner,
         }));
     }
     let out = json!({ "sizes": sizes });
@@ -427,6 +484,197 @@ fn main() -> Result<()> {
     std::fs::write(args.out.join("MEMORY_TIER.md"), markdown(&out))?;
     eprintln!("wrote {}", args.out.join("MEMORY_TIER.md").display());
     Ok(())
+}
+
+/// `learner_bench`'s shape of `label`: `layers * hidden^2` parameters (about the trainer's).
+fn learner_shape(label: &str) -> Result<(u32, u32)> {
+    Ok(match label {
+        "10mb" => (512, 3),
+        "400mb" => (4096, 2),
+        "1gb" => (4096, 5),
+        other => bail!("unknown size {other} (10mb, 400mb, 1gb)"),
+    })
+}
+
+/// The step gap spanning step `s` (1-based): from its start to the next step's.
+fn gap_after(r: &Run, s: u64) -> Option<f64> {
+    let t = r.report["step_starts_s"].as_array()?;
+    let s = usize::try_from(s).ok()?;
+    Some(t.get(s)?.as_f64()? - t.get(s.checked_sub(1)?)?.as_f64()?)
+}
+
+/// The median over `steps` of the step gap spanning each, less the median gap of `bases` at
+/// that step (s); `NaN` without any.
+fn gap_stall(r: &Run, bases: &[&Run], steps: &[u64]) -> f64 {
+    let mut v = Vec::new();
+    for &s in steps {
+        let (Some(gap), base) = (
+            gap_after(r, s),
+            median(bases.iter().filter_map(|b| gap_after(b, s)).collect()),
+        ) else {
+            continue;
+        };
+        if base.is_finite() {
+            v.push(gap - base);
+        }
+    }
+    median(v)
+}
+
+/// Burn's learner route (`learner_bench`, a plain `SupervisedTraining` program): ZeRO-1 on 4
+/// rank threads (`ZeroTrainingStrategy`) without checkpoints (twice), with a disk save every
+/// `EPOCH` steps, and with the memory tier of the docs' learner lines besides (a save due every
+/// step, under the default budget and with it off); and on one device, Burn's own
+/// checkpointer against no checkpoints, saving at the same steps.
+fn learner_route(args: &Args, label: &str) -> Result<Value> {
+    const EPOCH: u64 = 10;
+    const EPOCHS: u64 = 3;
+    let (hidden, layers) = learner_shape(label)?;
+    let dir = args.scratch.join(format!("{label}-learner"));
+    let flags = |mode: &str, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "--mode",
+            mode,
+            "--hidden",
+            &hidden.to_string(),
+            "--layers",
+            &layers.to_string(),
+            "--epochs",
+            &EPOCHS.to_string(),
+            "--steps-per-epoch",
+            &EPOCH.to_string(),
+            "--dir",
+            &dir.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let tier = format!("{}/node-{{node}}", args.tier.display());
+    let memory = |budget: &'static str| {
+        vec![
+            "--ranks",
+            "4",
+            "--memory-tier",
+            &tier,
+            "--memory-every",
+            "1",
+            "--memory-budget",
+            budget,
+            "--ranks-per-node",
+            "2",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    let runs: Vec<(&str, Vec<String>)> = vec![
+        ("zero, no checkpoints", flags("zero-off", &["--ranks", "4"])),
+        ("zero, disk", flags("zero", &["--ranks", "4"])),
+        ("zero, disk + memory every step", {
+            let m = memory("0.05");
+            flags("zero", &m.iter().map(String::as_str).collect::<Vec<_>>())
+        }),
+        ("zero, disk + memory every step, budget off", {
+            let m = memory("off");
+            flags("zero", &m.iter().map(String::as_str).collect::<Vec<_>>())
+        }),
+        (
+            "zero, no checkpoints (again)",
+            flags("zero-off", &["--ranks", "4"]),
+        ),
+        ("1 device, no checkpoints", flags("off", &[])),
+        ("1 device, Burn's checkpointer", flags("burn", &[])),
+    ];
+    let mut done = Vec::new();
+    for (mode, f) in &runs {
+        reset(&args.tier);
+        let name = format!("{label}-learner-{}", mode.replace([' ', ',', '\''], "-"));
+        let r = run_bin(&args.learner, args, &name, f, &[])?;
+        eprintln!("  learner, {mode}: {:.1} s", r.wall_s);
+        done.push((*mode, r));
+    }
+    reset(&args.tier);
+    let find = |m: &str| done.iter().find(|(k, _)| *k == m).map(|(_, r)| r);
+    let (Some(off_a), Some(off_b), Some(disk), Some(one_off)) = (
+        find("zero, no checkpoints"),
+        find("zero, no checkpoints (again)"),
+        find("zero, disk"),
+        find("1 device, no checkpoints"),
+    ) else {
+        bail!("a learner run is missing");
+    };
+    let zero_base = (off_a.wall_s + off_b.wall_s) / 2.0;
+    let zero_rss = (off_a.peak_rss + off_b.peak_rss) as f64 / 2.0;
+    let disk_steps: Vec<u64> = (1..=EPOCHS).map(|e| e * EPOCH).collect();
+    let state_bytes = off_a.report["state_bytes"].as_u64().unwrap_or(0);
+    let mut rows = Vec::new();
+    for (mode, r) in &done {
+        if mode.contains("no checkpoints") {
+            continue;
+        }
+        let one_device = mode.starts_with("1 device");
+        let (bases, base_wall, base_rss): (Vec<&Run>, f64, f64) = if one_device {
+            (vec![one_off], one_off.wall_s, one_off.peak_rss as f64)
+        } else {
+            (vec![off_a, off_b], zero_base, zero_rss)
+        };
+        let memory_saves: Vec<u64> = r.report["memory_tier"]["saved"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        let mut row = json!({
+            "mode": mode,
+            "wall_s": r.wall_s,
+            "disk_saves": disk_steps.len(),
+            "disk_stall_s": gap_stall(r, &bases, &disk_steps),
+            "extra_peak_rss": r.peak_rss as f64 - base_rss,
+            "peak_rss": r.peak_rss,
+        });
+        if memory_saves.is_empty() {
+            row["lost_per_disk_save_s"] = json!((r.wall_s - base_wall) / disk_steps.len() as f64);
+            row["steps_lost_per_failure"] = json!(mean_work_lost(&disk_steps, EPOCH * EPOCHS));
+        } else {
+            // The memory saves at steps without a disk save: their gaps are the tier's alone.
+            let only: Vec<u64> = memory_saves
+                .iter()
+                .copied()
+                .filter(|s| !disk_steps.contains(s))
+                .collect();
+            let tier = &r.report["memory_tier"];
+            row["memory_saves"] = json!(memory_saves.len());
+            row["memory_stall_s"] = json!(gap_stall(r, &bases, &only));
+            row["memory_stall_library_ms"] = json!(median(
+                tier["stall_ms"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                    .unwrap_or_default()
+            ));
+            // Over the same run with disk saves only: what the tier adds.
+            row["lost_per_memory_save_s"] =
+                json!((r.wall_s - disk.wall_s) / memory_saves.len() as f64);
+            row["skipped"] = tier["skipped"].clone();
+            row["throttled"] = tier["throttled"].clone();
+            row["tier_measured_lost_s"] = tier["lost_s"].clone();
+            row["tier_measured_training_s"] = tier["training_s"].clone();
+            let either: Vec<u64> = memory_saves.iter().chain(&disk_steps).copied().collect();
+            row["steps_lost_per_failure"] = json!(mean_work_lost(&either, EPOCH * EPOCHS));
+        }
+        rows.push(row);
+    }
+    Ok(json!({
+        "state_bytes": state_bytes,
+        "steps": EPOCH * EPOCHS,
+        "disk_every": EPOCH,
+        "zero_baseline_wall_s": zero_base,
+        "zero_baseline_spread_s": (off_a.wall_s - off_b.wall_s).abs(),
+        "zero_baseline_peak_rss": zero_rss,
+        "one_device_baseline_wall_s": one_off.wall_s,
+        "one_device_baseline_peak_rss": one_off.peak_rss,
+        "rows": rows,
+    }))
 }
 
 /// The median of each phase over a run's memory saves (`SavePhases` as JSON).
@@ -469,9 +717,10 @@ fn markdown(out: &Value) -> String {
         s.push_str(&format!(
             "## {} ({state:.0} MB of state, {} steps)\n\nRuns without checkpoints: {:.1} s \
              (the two differ by {:.1} s).\n\n\
-             | run | saves (memory: whole) | skipped (busy / budget) | lost per save | tier's own \
-             account | steps lost per failure | median memory save | peak RSS |\n\
-             |---|---|---|---|---|---|---|---|\n",
+             | run | saves (memory: whole) | skipped (busy / budget) | stall per save | lost per \
+             save | tier's own account | steps lost per failure | median memory save | peak RSS \
+             (extra) |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
             z["size"].as_str().unwrap_or(""),
             z["steps"],
             z["baseline_wall_s"].as_f64().unwrap_or(0.0),
@@ -486,13 +735,18 @@ fn markdown(out: &Value) -> String {
                 _ => "-".into(),
             };
             s.push_str(&format!(
-                "| {} | {} | {} | {:.2} s | {account} | {:.1} | {} | {:.2} GB |\n",
+                "| {} | {} | {} | {} | {:.2} s | {account} | {:.1} | {} | {:.2} GB ({:+.2} GB, \
+                 {:.2}x the state) |\n",
                 r["mode"].as_str().unwrap_or(""),
                 r["saves"],
                 match (r["skipped"].as_u64(), r["throttled"].as_u64()) {
                     (Some(a), Some(b)) => format!("{a} / {b}"),
                     _ => "-".into(),
                 },
+                r["median_stall_ms"]
+                    .as_f64()
+                    .filter(|v| v.is_finite())
+                    .map_or("-".into(), |v| format!("{v:.2} ms")),
                 r["lost_per_save_s"].as_f64().unwrap_or(f64::NAN),
                 r["mean_steps_lost_per_failure"]
                     .as_f64()
@@ -502,8 +756,16 @@ fn markdown(out: &Value) -> String {
                     .filter(|v| v.is_finite())
                     .map_or("-".into(), |v| format!("{v:.0} ms")),
                 r["peak_rss"].as_f64().unwrap_or(0.0) / 1e9,
+                r["extra_peak_rss"].as_f64().unwrap_or(f64::NAN) / 1e9,
+                r["extra_peak_rss"].as_f64().unwrap_or(f64::NAN) / (state * 1e6).max(1.0),
             ));
         }
+        s.push_str(
+            "\nStall per save: the median time a save held rank 0's training thread, as the \
+             library measured it (a memory save: the ranks' agreement to save, the part's \
+             capture, the hand-off; a disk save: the session's stall). Peak RSS of the process \
+             (all 4 ranks), extra over the mean of the two runs without checkpoints.\n",
+        );
         s.push_str(
             "\nThe tier's own account: what its saves cost training as the trainer measures it \
              (stall plus the excess over the baseline step time of the steps a save ran in and \
@@ -550,7 +812,95 @@ fn markdown(out: &Value) -> String {
                     .map_or(0, |n| n.saturating_sub(1))
             ));
         }
+        learner_markdown(&mut s, &z["learner"]);
         s.push('\n');
     }
     s
+}
+
+/// The learner route's table of one size.
+fn learner_markdown(s: &mut String, l: &Value) {
+    if l.is_null() {
+        return;
+    }
+    let state = l["state_bytes"].as_f64().unwrap_or(0.0);
+    let gb = |v: &Value| v.as_f64().unwrap_or(f64::NAN) / 1e9;
+    let secs = |v: &Value| {
+        v.as_f64()
+            .filter(|v| v.is_finite())
+            .map_or("-".into(), |v| format!("{v:.2} s"))
+    };
+    s.push_str(&format!(
+        "\n### Burn's learner route ({:.0} MB of state, {} steps, a disk save every {})\n\n\
+         `learner_bench`: a plain `SupervisedTraining` program; ZeRO-1 through \
+         `ZeroTrainingStrategy` on 4 rank threads (2 simulated nodes), the memory tier as \
+         `docs/memory-tier.md`'s learner lines give it, a save due every step. Runs of the \
+         same ranks without checkpoints: {:.1} s (the two differ by {:.1} s), peak RSS {:.2} GB; \
+         one device without checkpoints: {:.1} s, {:.2} GB.\n\n\
+         | run | disk saves | disk stall | lost per disk save | memory saves (whole) | skipped \
+         (busy / budget) | memory stall (gaps / library) | lost per memory save | tier's own \
+         account | steps lost per failure | extra peak RSS |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        state / 1e6,
+        l["steps"],
+        l["disk_every"],
+        l["zero_baseline_wall_s"].as_f64().unwrap_or(f64::NAN),
+        l["zero_baseline_spread_s"].as_f64().unwrap_or(f64::NAN),
+        gb(&l["zero_baseline_peak_rss"]),
+        l["one_device_baseline_wall_s"].as_f64().unwrap_or(f64::NAN),
+        gb(&l["one_device_baseline_peak_rss"]),
+    ));
+    for r in l["rows"].as_array().into_iter().flatten() {
+        let memory = r.get("memory_saves").is_some();
+        let account = match (
+            r["tier_measured_lost_s"].as_f64(),
+            r["tier_measured_training_s"].as_f64(),
+        ) {
+            (Some(a), Some(t)) if t > 0.0 => format!("{:.1} %", 100.0 * a / t),
+            _ if memory => "unmeasured".into(),
+            _ => "-".into(),
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {account} | {:.1} | {:+.2} GB ({:.2}x) |\n",
+            r["mode"].as_str().unwrap_or(""),
+            r["disk_saves"],
+            secs(&r["disk_stall_s"]),
+            secs(&r["lost_per_disk_save_s"]),
+            if memory {
+                r["memory_saves"].to_string()
+            } else {
+                "-".into()
+            },
+            match (r["skipped"].as_u64(), r["throttled"].as_u64()) {
+                (Some(a), Some(b)) => format!("{a} / {b}"),
+                _ => "-".into(),
+            },
+            if memory {
+                format!(
+                    "{} / {}",
+                    secs(&r["memory_stall_s"]),
+                    r["memory_stall_library_ms"]
+                        .as_f64()
+                        .filter(|v| v.is_finite())
+                        .map_or("-".into(), |v| format!("{v:.2} ms"))
+                )
+            } else {
+                "-".into()
+            },
+            secs(&r["lost_per_memory_save_s"]),
+            r["steps_lost_per_failure"].as_f64().unwrap_or(f64::NAN),
+            gb(&r["extra_peak_rss"]),
+            r["extra_peak_rss"].as_f64().unwrap_or(f64::NAN) / state.max(1.0),
+        ));
+    }
+    s.push_str(
+        "\nDisk and memory stall (gaps): the gap from the start of a saved step to the next \
+         step's start, less the median gap of the runs without checkpoints at that step, median \
+         over the saves (memory: at steps without a disk save; a disk save at the last step has \
+         no next step). The library's: the median time a memory save held rank 0's training \
+         thread. Lost per disk save: wall time over the runs without checkpoints, over the disk \
+         saves; lost per memory save: wall time over the run with disk saves only, over the \
+         memory saves. Extra peak RSS: over the runs without checkpoints (one device: its own), \
+         and as a multiple of the state.\n",
+    );
 }
