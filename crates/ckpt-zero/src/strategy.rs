@@ -406,7 +406,7 @@ impl<M: LearnerModel> RankRun<M> {
                 // when threads run passes at once on graphs that share nodes (the ranks'
                 // learners share their parameters' nodes, and a forward merging into a graph
                 // holds the registry's lock while a backward holding that graph's lock waits
-                // for it).
+                // for it; Burn's issue 5573 is a related race that loses a gradient).
                 None => {
                     let _one_pass = ckpt_burn::backend_rng_lock();
                     learner.train_step(item)
