@@ -386,3 +386,39 @@ fn four_ranks_without_the_deterministic_mode_never_deadlock_in_burns_autodiff() 
         }
     }
 }
+
+/// `reports()`, taken before training, gives each rank's report once training has ended: rank
+/// 0's saves are the steps published, and every rank has one.
+#[test]
+fn reports_give_each_ranks_checkpointing_after_training() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("zero");
+    let device = Device::flex().autodiff();
+    let (train, valid) = loaders(8, None);
+    let learner = learner(tiny(&device));
+    let zero = ZeroTrainingStrategy::new(
+        device,
+        2,
+        EngineConfig::new(&root),
+        FrequencyPolicy::EverySteps(3),
+    )
+    .unwrap()
+    .replicate_data(true)
+    .seed(3);
+    let reports = zero.reports();
+    assert!(reports.rank(0).is_none());
+    let result = SupervisedTraining::new(root.join("burn"), train, valid)
+        .with_application_logger(None)
+        .with_training_strategy(zero.into_training_strategy())
+        .num_epochs(1)
+        .launch(learner);
+    assert!(result.error.is_none(), "{:?}", result.error);
+    let rank0 = reports.rank(0).expect("rank 0's report");
+    let saved: Vec<u64> = rank0.session.saves.iter().map(|s| s.step).collect();
+    assert_eq!(saved, vec![3, 6]);
+    assert_eq!(saved, published_steps(&root));
+    assert!(rank0.memory.is_none());
+    assert!(reports.rank(1).is_some());
+    assert!(reports.rank(2).is_none());
+}
