@@ -486,14 +486,11 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// `learner_bench`'s shape of `label`: `layers * hidden^2` parameters (about the trainer's).
+/// `learner_bench`'s shape of `label`: its `layers * hidden^2` parameters are the trainer's
+/// `(layers - 1) * hidden^2`.
 fn learner_shape(label: &str) -> Result<(u32, u32)> {
-    Ok(match label {
-        "10mb" => (512, 3),
-        "400mb" => (4096, 2),
-        "1gb" => (4096, 5),
-        other => bail!("unknown size {other} (10mb, 400mb, 1gb)"),
-    })
+    let (hidden, layers) = shape(label)?;
+    Ok((hidden, layers - 1))
 }
 
 /// The step gap spanning step `s` (1-based): from its start to the next step's.
@@ -621,10 +618,7 @@ fn learner_route(args: &Args, label: &str) -> Result<Value> {
         } else {
             (vec![off_a, off_b], zero_base, zero_rss)
         };
-        let memory_saves: Vec<u64> = r.report["memory_tier"]["saved"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_u64).collect())
-            .unwrap_or_default();
+        let memory_saves = r.memory_saves();
         let mut row = json!({
             "mode": mode,
             "wall_s": r.wall_s,
@@ -646,12 +640,7 @@ fn learner_route(args: &Args, label: &str) -> Result<Value> {
             let tier = &r.report["memory_tier"];
             row["memory_saves"] = json!(memory_saves.len());
             row["memory_stall_s"] = json!(gap_stall(r, &bases, &only));
-            row["memory_stall_library_ms"] = json!(median(
-                tier["stall_ms"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                    .unwrap_or_default()
-            ));
+            row["memory_stall_library_ms"] = json!(median(r.memory_stalls()));
             // Over the same run with disk saves only: what the tier adds.
             row["lost_per_memory_save_s"] =
                 json!((r.wall_s - disk.wall_s) / memory_saves.len() as f64);
