@@ -89,9 +89,18 @@ struct Args {
     /// learner lines against Burn's checkpointer.
     #[arg(long, value_delimiter = ',', default_value = "100mb,1gb")]
     learner_sizes: Vec<String>,
-    /// Rounds of (off, ours, Burn) per learner size.
+    /// Rounds of (off, ours, Burn) per learner and custom-loop size.
     #[arg(long, default_value_t = 2)]
     learner_passes: usize,
+    /// Custom-loop sizes (100mb, 1gb, 4gb; '' for none): `learner_bench --mode custom`, a
+    /// training loop of its own with the README's custom-loop lines, against Burn's
+    /// checkpointers in the same loop.
+    #[arg(long, value_delimiter = ',', default_value = "100mb,1gb")]
+    custom_sizes: Vec<String>,
+    /// Rounds of (off, ours, Burn) of the GPU shape: the trainer at 1gb training on one core
+    /// (`RAYON_NUM_THREADS=1`), the other free, 30 steps, a save every 6 (0 for none).
+    #[arg(long, default_value_t = 3)]
+    gpu_shape_passes: usize,
     /// The `learner_bench` binary. Default: beside this binary.
     #[arg(long)]
     learner: Option<PathBuf>,
@@ -200,6 +209,81 @@ const SHAPES: [Shape; 5] = [
     },
 ];
 
+/// The shape of GPU training on the CPU: the 1gb state, 30 steps, a save every 6, training on
+/// one core (`RAYON_NUM_THREADS=1`) and the other core free, as a GPU leaves the host's cores.
+const GPU_SHAPE: Shape = Shape {
+    label: "gpu-shape-1gb",
+    hidden: 4096,
+    layers: 6,
+    steps: 30,
+    save_every: 6,
+};
+
+/// The GPU shape's section: per pass (off, ours, Burn), the lost time while training goes on
+/// (the final wait left out) and in all, against the same pass's run without checkpoints.
+fn gpu_shape_markdown(passes: &[[Run; 3]]) -> String {
+    let mut o = String::from(
+        "## The shape of GPU training (one core trains, one is free)\n\n\
+         The example trainer at 1 GB (`--hidden 4096 --layers 6 --steps 30 --save-every 6`, 5 \
+         saves) with `RAYON_NUM_THREADS=1`: training uses one core and leaves the other to the \
+         save, as a GPU leaves the host's cores. Default flags; *Burn* is `--save-mode burn`. \
+         Each pass runs off, ours, Burn in turn, and each is measured against its own pass's \
+         run without checkpoints. *While training*: wall time minus the baseline's, minus the \
+         final wait (the last save's persist after the last step, which no training overlaps), \
+         over the 4 saves training followed. *In all*: wall time minus the baseline's, over the \
+         5 saves.\n\n\
+         | pass | no checkpoints s | while training per save, ours / Burn s | ratio | final wait, ours / Burn s | in all per save, ours / Burn s | ratio | extra peak RSS, ours / Burn (x state) |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    let mut ratios = Vec::new();
+    for (i, [off, ours, burn]) in passes.iter().enumerate() {
+        let (wo, wb) = (
+            ours.lost_while_training(off.wall_s),
+            burn.lost_while_training(off.wall_s),
+        );
+        let (ao, ab) = (
+            ours.lost_per_save(off.wall_s),
+            burn.lost_per_save(off.wall_s),
+        );
+        let state = ours.state_bytes().unwrap_or(0) as f64;
+        let x = |r: &Run| (r.peak_rss as f64 - off.peak_rss as f64) / state;
+        let ratio = wo / wb;
+        ratios.push(ratio);
+        o.push_str(&format!(
+            "| {} | {:.1} | {:.2} / {:.2} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} | {:.2} / {:.2} |\n",
+            i + 1,
+            off.wall_s,
+            wo,
+            wb,
+            fraction(ratio),
+            ours.final_wait(),
+            burn.final_wait(),
+            ao,
+            ab,
+            ao / ab,
+            x(ours),
+            x(burn),
+        ));
+    }
+    o.push_str(&format!(
+        "\nWhile training goes on, ours / Burn's, median over the passes: {} (target: at most \
+         1/20).\n\n",
+        fraction(stats::median(&ratios))
+    ));
+    o
+}
+
+/// A ratio as `1/N` when it is below 1, or in the noise when not positive.
+fn fraction(r: f64) -> String {
+    if r <= 0.0 {
+        format!("{r:.3} (ours in the noise)")
+    } else if r < 1.0 {
+        format!("1/{:.0}", 1.0 / r)
+    } else {
+        format!("{r:.2}")
+    }
+}
+
 /// One trainer process.
 struct Run {
     mode: String,
@@ -266,6 +350,18 @@ fn run_trainer(
     mode: &str,
     extra: &[String],
 ) -> Result<Run> {
+    run_trainer_env(train, dir, shape, mode, extra, &[])
+}
+
+/// [`run_trainer`] with environment variables set for the trainer.
+fn run_trainer_env(
+    train: &Path,
+    dir: &Path,
+    shape: &Shape,
+    mode: &str,
+    extra: &[String],
+    env: &[(&str, &str)],
+) -> Result<Run> {
     let root = dir.join(format!("{}-{mode}", shape.label));
     let _ = std::fs::remove_dir_all(&root);
     let report_path = dir.join(format!("{}-{mode}.json", shape.label));
@@ -285,6 +381,7 @@ fn run_trainer(
         .arg("--report")
         .arg(&report_path)
         .args(extra)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
@@ -438,22 +535,13 @@ fn main() -> Result<()> {
             })
             .collect::<Result<_>>()?
     };
-    let learner_shapes: Vec<&learner::LearnerShape> = args
-        .learner_sizes
-        .iter()
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            learner::LEARNER_SHAPES
-                .iter()
-                .find(|s| s.label == l)
-                .with_context(|| format!("unknown learner size {l:?}: one of 100mb, 1gb, 4gb"))
-        })
-        .collect::<Result<_>>()?;
+    let learner_shapes = learner::shapes(&args.learner_sizes)?;
+    let custom_shapes = learner::shapes(&args.custom_sizes)?;
     let learner_bin = match &args.learner {
         Some(b) => b.clone(),
         None => here.with_file_name("learner_bench"),
     };
-    if !learner_shapes.is_empty() && !learner_bin.exists() {
+    if !(learner_shapes.is_empty() && custom_shapes.is_empty()) && !learner_bin.exists() {
         bail!(
             "no learner program at {}: build it first (`cargo build --release --example learner_bench`) or pass --learner",
             learner_bin.display()
@@ -462,7 +550,9 @@ fn main() -> Result<()> {
     let with_budgets = shapes.iter().any(|s| s.label == "1gb");
     let total = shapes.len() as u64 * 4
         + (cubecl_shapes.len() * CUBECL_RUNS.len()) as u64
-        + learner_shapes.len() as u64 * learner::runs_per_size(args.learner_passes)
+        + (learner_shapes.len() + custom_shapes.len()) as u64
+            * learner::runs_per_size(args.learner_passes)
+        + 3 * args.gpu_shape_passes as u64
         + if with_budgets {
             budgets.len() as u64 + 3
         } else {
@@ -560,12 +650,41 @@ fn main() -> Result<()> {
         .map(|shape| (shape, cubecl_runs(&train, &dir, shape, &bar)))
         .collect();
     let mut learner_runs = Vec::new();
-    for shape in &learner_shapes {
-        let runs = learner::measure(&learner_bin, &dir, shape, args.learner_passes, |m| {
-            bar.set_message(m.to_string());
+    let mut custom_runs = Vec::new();
+    for (route, shapes, runs) in [
+        (learner::Route::Learner, &learner_shapes, &mut learner_runs),
+        (learner::Route::CustomLoop, &custom_shapes, &mut custom_runs),
+    ] {
+        for shape in shapes {
+            let measured =
+                learner::measure(&learner_bin, &dir, route, shape, args.learner_passes, |m| {
+                    bar.set_message(m.to_string());
+                    bar.inc(1);
+                })?;
+            runs.push((*shape, measured));
+        }
+    }
+    let mut gpu_shape = Vec::new();
+    for pass in 0..args.gpu_shape_passes {
+        let one = |mode: &str, extra: &[&str]| -> Result<Run> {
+            bar.set_message(format!("gpu-shape {mode} {pass}"));
+            let mut flags: Vec<String> = ["--save-every", "6"].map(String::from).into();
+            flags.extend(extra.iter().map(|f| f.to_string()));
+            let r = run_trainer_env(
+                &train,
+                &dir,
+                &GPU_SHAPE,
+                &format!("{mode}-{pass}"),
+                &flags,
+                &[("RAYON_NUM_THREADS", "1")],
+            )?;
             bar.inc(1);
-        })?;
-        learner_runs.push((*shape, runs));
+            Ok(r)
+        };
+        let off = one("none", &["--save-every", "0"])?;
+        let ours = one("ours", &[])?;
+        let burn = one("burn", &["--save-mode", "burn"])?;
+        gpu_shape.push([off, ours, burn]);
     }
     bar.finish_and_clear();
     let load_after = machine::loadavg();
@@ -581,7 +700,13 @@ fn main() -> Result<()> {
         markdown(&results, &provenance)
     };
     if !learner_runs.is_empty() {
-        md.push_str(&learner::markdown(&learner_runs));
+        md.push_str(&learner::markdown(learner::Route::Learner, &learner_runs));
+    }
+    if !custom_runs.is_empty() {
+        md.push_str(&learner::markdown(learner::Route::CustomLoop, &custom_runs));
+    }
+    if !gpu_shape.is_empty() {
+        md.push_str(&gpu_shape_markdown(&gpu_shape));
     }
     if !cubecl.is_empty() {
         md.push_str(CUBECL_INTRO);
@@ -610,6 +735,14 @@ fn main() -> Result<()> {
         .collect();
     json["cubecl"] = Value::Array(cubecl_json);
     json["learner"] = learner::to_json(&learner_runs);
+    json["custom_loop"] = learner::to_json(&custom_runs);
+    let run_json = |r: &Run| json!({"mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report});
+    json["gpu_shape"] = Value::Array(
+        gpu_shape
+            .iter()
+            .map(|pass| Value::Array(pass.iter().map(run_json).collect()))
+            .collect(),
+    );
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     println!(
         "wrote {} and {} in {:.1} min",

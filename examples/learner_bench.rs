@@ -5,8 +5,13 @@
 //! checkpointer (`with_default_checkpointers`, which saves at each epoch's end: the same
 //! steps); with `--mode zero` ZeRO-1 through the learner (`ZeroTrainingStrategy` on `--ranks`
 //! rank threads, each reading the whole loader, saving at the same steps; the step times are
-//! rank 0's); with `--mode off` no checkpoints. `bench_defaults` runs it for the report's learner
-//! section; it writes `--report FILE.json`: the wall time (to the last save durable), the
+//! rank 0's); with `--mode off` no checkpoints. With `--mode custom`, `custom-burn` and
+//! `custom-off` the same model and data go through a training loop of its own instead of the
+//! learner (forward, backward, `GradientsParams`, `optim.step`): with the README's custom-loop
+//! lines (`CheckpointManager`: open, resume, `step` after each update, finish), with Burn's
+//! own checkpointer as such a loop would use it (`AsyncCheckpointer` over `FileCheckpointer`
+//! for the model, optimizer and scheduler records, keeping 2 like Burn's learner), or without
+//! checkpoints. `bench_defaults` runs it for the report's learner and custom-loop sections; it writes `--report FILE.json`: the wall time (to the last save durable), the
 //! time at which each training step started (gaps spanning a save, against the same gaps of a
 //! run without checkpoints, are that save's stall), the steps saved.
 //!
@@ -15,19 +20,23 @@
 //! ```
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::AdamWConfig;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer, OptimizerRecord};
+use burn::store::ModuleRecord;
 use burn::tensor::{Device, Tensor};
+use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
 use burn::train::{
     InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
 };
@@ -37,13 +46,16 @@ use burn_ckpt::ckpt_burn::{SaveTuning, UpdateWait};
 use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, Retention};
 use burn_ckpt::ckpt_zero::MemoryTier;
 use burn_ckpt::ckpt_zero::strategy::ZeroTrainingStrategy;
+use burn_ckpt::{CheckpointManager, DataCursor, ManagerConfig};
 use clap::Parser;
 
 /// Flags.
 #[derive(Parser, Debug)]
 struct Args {
     /// `ours` (the README's learner lines), `burn` (Burn's checkpointer), `zero`
-    /// (`ZeroTrainingStrategy`), `zero-off` (its ranks without checkpoints) or `off`.
+    /// (`ZeroTrainingStrategy`), `zero-off` (its ranks without checkpoints), `off`; or a loop of
+    /// its own: `custom` (the README's custom-loop lines), `custom-burn` (Burn's checkpointer),
+    /// `custom-off`.
     #[arg(long, default_value = "ours")]
     mode: String,
     /// `--mode ours` and `zero`: whether an update waits for the save to give the learner's
@@ -151,12 +163,7 @@ impl TrainStep for Mlp {
     type Input = Batch;
     type Output = RegressionOutput;
     fn step(&self, b: Batch) -> TrainOutput<RegressionOutput> {
-        if RECORDS.get() {
-            STEP_STARTS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Instant::now());
-        }
+        step_started();
         let o = self.regress(b);
         TrainOutput::new(self, o.loss.backward(), o)
     }
@@ -180,6 +187,123 @@ fn samples(n: usize, hidden: usize) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// Records that a training step starts (on a thread that records them).
+fn step_started() {
+    if RECORDS.get() {
+        STEP_STARTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Instant::now());
+    }
+}
+
+/// A training loop of the program's own, `steps` optimizer steps over Burn's loader, saving
+/// every `every` steps and the last: `custom` with the README's custom-loop lines,
+/// `custom-burn` with Burn's checkpointer, `custom-off` without checkpoints.
+#[allow(clippy::too_many_arguments)]
+fn custom_loop(
+    mode: &str,
+    dir: &std::path::Path,
+    mut model: Mlp,
+    mut optim: ModuleOptimizer,
+    mut sched: ModuleLrScheduler,
+    train: &Arc<dyn DataLoader<Batch>>,
+    steps: u64,
+    every: u64,
+) -> Result<()> {
+    let mut burn = (mode == "custom-burn").then(|| BurnCheckpointers::new(&dir.join("checkpoint")));
+    // The README's custom-loop lines: open and resume here, `step` in the loop, `finish` after.
+    let mut ckpt = if mode == "custom" {
+        let mut ckpt = CheckpointManager::open(
+            ManagerConfig::new(dir.join("ckpt"))
+                .every_steps(every)
+                .end_step(steps),
+        )?;
+        let start = ckpt
+            .resume(&mut model, &mut optim, &mut sched)?
+            .map_or(0, |t| t.step);
+        anyhow::ensure!(
+            start == 0,
+            "{} held a checkpoint (step {start})",
+            dir.display()
+        );
+        Some(ckpt)
+    } else {
+        None
+    };
+    let mut step = 0;
+    'epochs: while step < steps {
+        for batch in train.iter() {
+            let batch = batch.map_err(|e| anyhow::anyhow!("the training data: {e}"))?;
+            step += 1;
+            step_started();
+            let o = model.regress(batch);
+            let grads = GradientsParams::from_grads(o.loss.backward(), &model);
+            let lr = sched.step();
+            model = optim.step(lr, model, grads);
+            if let Some(ckpt) = &mut ckpt {
+                if ckpt.step(step, &model, &optim, &sched, DataCursor::default())? {
+                    break 'epochs;
+                }
+            } else if let Some(burn) = &mut burn
+                && (step % every == 0 || step == steps)
+            {
+                burn.save(step, &model, &optim, &sched)?;
+            }
+            if step == steps {
+                break 'epochs;
+            }
+        }
+    }
+    if let Some(ckpt) = ckpt {
+        ckpt.finish()?;
+    }
+    // Dropping Burn's checkpointers waits for their writes.
+    drop(burn);
+    Ok(())
+}
+
+/// Burn's checkpointers as a loop of one's own would use them: the records built on the
+/// training thread, written by Burn's threads, the newest 2 kept (Burn's learner's default).
+struct BurnCheckpointers {
+    model: AsyncCheckpointer<ModuleRecord>,
+    optim: AsyncCheckpointer<OptimizerRecord>,
+    sched: AsyncCheckpointer<LrSchedulerRecord>,
+    saved: Vec<usize>,
+}
+
+impl BurnCheckpointers {
+    fn new(dir: &std::path::Path) -> Self {
+        Self {
+            model: AsyncCheckpointer::new(FileCheckpointer::new(dir, "model")),
+            optim: AsyncCheckpointer::new(FileCheckpointer::new(dir, "optim")),
+            sched: AsyncCheckpointer::new(FileCheckpointer::new(dir, "scheduler")),
+            saved: Vec::new(),
+        }
+    }
+
+    fn save(
+        &mut self,
+        step: u64,
+        model: &Mlp,
+        optim: &ModuleOptimizer,
+        sched: &ModuleLrScheduler,
+    ) -> Result<()> {
+        let s = step as usize;
+        self.model.save(s, model.clone().into_record())?;
+        self.optim.save(s, optim.to_record())?;
+        self.sched.save(s, sched.to_record())?;
+        self.saved.push(s);
+        if self.saved.len() > 2 {
+            let old = self.saved.remove(0);
+            self.model.delete(old)?;
+            self.optim.delete(old)?;
+            self.sched.delete(old)?;
+        }
+        Ok(())
+    }
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     RECORDS.set(true);
@@ -193,6 +317,7 @@ fn main() -> Result<()> {
             batch * args.steps_per_epoch,
             args.hidden,
         )));
+    let train_loader = train.clone();
     let valid = DataLoaderBuilder::new(Rows(args.hidden))
         .batch_size(batch)
         .build(InMemDataset::new(samples(batch, args.hidden)));
@@ -282,7 +407,26 @@ fn main() -> Result<()> {
                 anyhow::bail!("training failed: {e}");
             }
         }
-        other => anyhow::bail!("--mode {other}: ours, burn, zero, zero-off or off"),
+        "custom" | "custom-burn" | "custom-off" => {
+            drop(training);
+            let sched: ModuleLrScheduler = CosineAnnealingLrSchedulerConfig::new(1e-4, 1000)
+                .init()
+                .map_err(anyhow::Error::msg)?;
+            let steps = (args.epochs * args.steps_per_epoch) as u64;
+            custom_loop(
+                &args.mode,
+                &args.dir,
+                Mlp::new(args.hidden, args.layers, &device),
+                AdamWConfig::new().init(),
+                sched,
+                &train_loader,
+                steps,
+                every,
+            )?;
+        }
+        other => anyhow::bail!(
+            "--mode {other}: ours, burn, zero, zero-off, off, custom, custom-burn or custom-off"
+        ),
     }
     let wall_s = t0.elapsed().as_secs_f64();
     let starts = STEP_STARTS
@@ -295,6 +439,11 @@ fn main() -> Result<()> {
         .collect();
     let saved: Vec<usize> = if args.mode.ends_with("off") {
         Vec::new()
+    } else if args.mode.starts_with("custom") {
+        let steps = args.epochs * args.steps_per_epoch;
+        (1..=steps)
+            .filter(|s| s % args.steps_per_epoch == 0 || *s == steps)
+            .collect()
     } else {
         (1..=args.epochs)
             .map(|e| e * args.steps_per_epoch)
@@ -311,6 +460,16 @@ fn main() -> Result<()> {
         "memory_tier": rank0.as_ref().and_then(|r| r.memory.as_ref()),
         "disk_stall_ms": rank0.as_ref().map(|r| r.session.saves.iter().map(|s| s.stall_ms).collect::<Vec<_>>()),
     });
+    // What the run left in its checkpoint directory (ours: `ckpt`, Burn's: `burn/checkpoint`
+    // or, for the custom loop, `checkpoint`): a check that the saves happened.
+    let written: Vec<String> = ["ckpt", "checkpoint", "burn/checkpoint"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(args.dir.join(d)).ok())
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    let mut report = report;
+    report["written"] = serde_json::json!(written);
     if let Some(path) = &args.report {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;

@@ -1,7 +1,8 @@
-//! The report's learner section: the route users adopt. `learner_bench` (a plain Burn
-//! program with `SupervisedTraining`) with the README's learner lines, against the same program
-//! with Burn's own checkpointer saving at the same steps (each epoch's end) and without
-//! checkpoints, interleaved, each run a separate process (peak RSS from `wait4`).
+//! The report's learner and custom-loop sections: the routes users adopt. `learner_bench` (a
+//! plain Burn program) with the README's lines, against the same program with Burn's own
+//! checkpointer saving at the same steps and without checkpoints, interleaved, each run a
+//! separate process (peak RSS from `wait4`): through `SupervisedTraining` ([`Route::Learner`])
+//! or through a training loop of the program's own ([`Route::CustomLoop`]).
 
 use std::fs::File;
 use std::path::Path;
@@ -44,8 +45,53 @@ pub(crate) const LEARNER_SHAPES: [LearnerShape; 3] = [
     },
 ];
 
+/// Which of `learner_bench`'s routes a section measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `SupervisedTraining` with the README's learner lines (`--mode ours`), Burn's
+    /// `with_default_checkpointers()` (`burn`), none (`off`).
+    Learner,
+    /// A loop of the program's own with the README's custom-loop lines (`--mode custom`), Burn's
+    /// checkpointers (`custom-burn`), none (`custom-off`).
+    CustomLoop,
+}
+
+impl Route {
+    /// `learner_bench`'s `--mode` for one of `off`, `ours`, `burn`.
+    fn mode(self, which: &str) -> String {
+        match (self, which) {
+            (Route::Learner, w) => w.to_string(),
+            (Route::CustomLoop, "ours") => "custom".to_string(),
+            (Route::CustomLoop, w) => format!("custom-{w}"),
+        }
+    }
+
+    /// A word for file names and progress messages.
+    fn label(self) -> &'static str {
+        match self {
+            Route::Learner => "learner",
+            Route::CustomLoop => "custom",
+        }
+    }
+}
+
+/// The shapes named by `labels` (empty labels skipped).
+pub(crate) fn shapes(labels: &[String]) -> Result<Vec<&'static LearnerShape>> {
+    labels
+        .iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            LEARNER_SHAPES
+                .iter()
+                .find(|s| s.label == l)
+                .with_context(|| format!("unknown learner size {l:?}: one of 100mb, 1gb, 4gb"))
+        })
+        .collect()
+}
+
 /// One `learner_bench` process.
 pub(crate) struct LearnerRun {
+    /// `off`, `ours` or `burn` (the route's own `--mode` is in the report).
     mode: String,
     wall_s: f64,
     peak_rss: u64,
@@ -86,17 +132,19 @@ impl LearnerRun {
 fn run(
     bin: &Path,
     dir: &Path,
+    route: Route,
     shape: &LearnerShape,
     mode: &str,
     pass: usize,
 ) -> Result<LearnerRun> {
-    let root = dir.join(format!("learner-{}-{mode}-{pass}", shape.label));
-    let report_path = dir.join(format!("learner-{}-{mode}-{pass}.json", shape.label));
-    let log_path = dir.join(format!("learner-{}-{mode}-{pass}.log", shape.label));
+    let name = format!("{}-{}-{mode}-{pass}", route.label(), shape.label);
+    let root = dir.join(&name);
+    let report_path = dir.join(format!("{name}.json"));
+    let log_path = dir.join(format!("{name}.log"));
     let log =
         File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
     let child = Command::new(bin)
-        .args(["--mode", mode])
+        .args(["--mode", &route.mode(mode)])
         .args(["--hidden", &shape.hidden.to_string()])
         .args(["--layers", &shape.layers.to_string()])
         .args(["--epochs", &shape.epochs.to_string()])
@@ -114,7 +162,8 @@ fn run(
     let _ = std::fs::remove_dir_all(&root);
     if status != 0 {
         bail!(
-            "learner {} {mode} exited with status {status} (log {})",
+            "{} {} {mode} exited with status {status} (log {})",
+            route.label(),
             shape.label,
             log_path.display()
         );
@@ -129,23 +178,25 @@ fn run(
     })
 }
 
-/// Runs one size: `passes` rounds of (off, ours, burn), then off once more.
+/// Runs one size of a route: `passes` rounds of (off, ours, burn), then off once more.
 pub(crate) fn measure(
     bin: &Path,
     dir: &Path,
+    route: Route,
     shape: &LearnerShape,
     passes: usize,
     mut tick: impl FnMut(&str),
 ) -> Result<Vec<LearnerRun>> {
     let mut runs = Vec::new();
+    let r = route.label();
     for pass in 0..passes {
         for mode in ["off", "ours", "burn"] {
-            tick(&format!("learner {} {mode} {pass}", shape.label));
-            runs.push(run(bin, dir, shape, mode, pass)?);
+            tick(&format!("{r} {} {mode} {pass}", shape.label));
+            runs.push(run(bin, dir, route, shape, mode, pass)?);
         }
     }
-    tick(&format!("learner {} off {passes}", shape.label));
-    runs.push(run(bin, dir, shape, "off", passes)?);
+    tick(&format!("{r} {} off {passes}", shape.label));
+    runs.push(run(bin, dir, route, shape, "off", passes)?);
     Ok(runs)
 }
 
@@ -216,18 +267,40 @@ fn range(v: &[f64], f: impl Fn(f64) -> String) -> String {
     }
 }
 
-/// The section's Markdown for the sizes measured.
-pub(crate) fn markdown(sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> String {
-    let mut o = String::from(
-        "## The learner route (`SupervisedTraining` with the README's lines)\n\n\
+/// The intro of a route's section.
+fn intro(route: Route) -> &'static str {
+    match route {
+        Route::Learner => {
+            "## The learner route (`SupervisedTraining` with the README's lines)\n\n\
          `examples/learner_bench.rs`: a plain Burn program (an MLP of Linear(h, h) layers, AdamW, \
          Burn's shuffled `DataLoaderBuilder`, batches of 8, one validation batch), with the \
          README's learner lines (*ours*: `CkptTrainingStrategy`, every epoch's steps, \
          `.resume_latest().deterministic(42)`, keep 3), against the same program with Burn's \
          `with_default_checkpointers()` (*Burn*), which saves at each epoch's end: the same \
-         steps. Default settings. Interleaved with runs without checkpoints (*off*). *Stall per \
+         steps. Default settings. Interleaved with runs without checkpoints (*off*). "
+        }
+        Route::CustomLoop => {
+            "## The custom-loop route (a loop of one's own with the README's lines)\n\n\
+         `learner_bench --mode custom`: the same program, model, data and steps as the learner \
+         route, trained by a loop of its own (forward, backward, `GradientsParams`, \
+         `optim.step`), with the README's custom-loop lines (*ours*: `CheckpointManager::open` \
+         with `every_steps(steps per epoch).end_step(steps)`, `resume`, `step` after each update, \
+         `finish`; keep 3 by default), against the same loop with Burn's checkpointers \
+         (*Burn*: `AsyncCheckpointer` over `FileCheckpointer` for the model, optimizer and \
+         scheduler records built on the training thread, keeping 2 like Burn's learner), saving \
+         at the same steps. No validation, no huge-pages allocator (the example trainer's). \
+         Default settings. Interleaved with runs without checkpoints (*off*). "
+        }
+    }
+}
+
+/// A route's section in Markdown for the sizes measured.
+pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> String {
+    let mut o = String::from(intro(route));
+    o.push_str(
+        "*Stall per \
          save*: the gap between the start of the saved step and the next one, minus the median \
-         gap of the runs without checkpoints at that step (validation is in both), median over \
+         gap of the runs without checkpoints at that step, median over \
          saves that training followed. *Lost per save*: wall time (the last save durable) minus \
          the mean of the runs without checkpoints, over the saves. *Extra peak RSS*: peak RSS \
          minus the mean of the runs without checkpoints, against the state (weights + AdamW's \
@@ -264,7 +337,7 @@ pub(crate) fn markdown(sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> String {
     o
 }
 
-/// The section's runs as JSON.
+/// A route's runs as JSON.
 pub(crate) fn to_json(sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> Value {
     Value::Array(
         sizes

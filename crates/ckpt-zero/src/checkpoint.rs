@@ -233,6 +233,7 @@ enum Work<M> {
     /// A save.
     Save(Job<M>),
     /// Something to run with rank 0's engine between saves ([`ShardedSaver::with_engine`]).
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     WithEngine(Box<dyn FnOnce(&mut Engine) + Send>),
 }
 
@@ -418,6 +419,7 @@ impl<M: Module + 'static> ShardedSaver<M> {
     /// Runs `f` with rank 0's engine on the checkpoint thread once the saves in flight are
     /// done, and returns what it returned (recovery restores a checkpoint into the root this
     /// way after the engine went to the thread). An error on any other rank.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn with_engine<T: Send + 'static>(
         &mut self,
         f: impl FnOnce(&mut Engine) -> T + Send + 'static,

@@ -40,7 +40,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
-pub(crate) use recover::{ObjectStore, recover};
+#[cfg(feature = "remote")]
+pub(crate) use recover::ObjectStore;
+pub(crate) use recover::recover;
 pub(crate) use saver::{TierSaver, remove_rank_dirs};
 
 /// The placeholder in [`MemoryTier::new`]'s directory replaced by the rank's node index (to
