@@ -541,7 +541,8 @@ fn main() -> Result<()> {
         Some(b) => b.clone(),
         None => here.with_file_name("learner_bench"),
     };
-    if !(learner_shapes.is_empty() && custom_shapes.is_empty()) && !learner_bin.exists() {
+    let needs_learner = !learner_shapes.is_empty() || !custom_shapes.is_empty();
+    if needs_learner && !learner_bin.exists() {
         bail!(
             "no learner program at {}: build it first (`cargo build --release --example learner_bench`) or pass --learner",
             learner_bin.display()

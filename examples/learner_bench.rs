@@ -52,7 +52,8 @@ use clap::Parser;
 /// Flags.
 #[derive(Parser, Debug)]
 struct Args {
-    /// `ours` (the README's learner lines), `burn` (Burn's checkpointer), `zero`
+    /// `ours` (the README's learner lines), `ours-epoch` (the same with
+    /// `FrequencyPolicy::Never`: epoch ends only), `burn` (Burn's checkpointer), `zero`
     /// (`ZeroTrainingStrategy`), `zero-off` (its ranks without checkpoints), `off`; or a loop of
     /// its own: `custom` (the README's custom-loop lines), `custom-burn` (Burn's checkpointer),
     /// `custom-off`.
@@ -340,22 +341,24 @@ fn main() -> Result<()> {
         other => anyhow::bail!("--update-wait {other}: auto, always or never"),
     };
     match args.mode.as_str() {
-        "ours" => {
-            // The README's learner lines.
+        "ours" | "ours-epoch" => {
+            // The README's learner lines (`ours-epoch`: with `FrequencyPolicy::Never`, saving at
+            // each epoch's end after validation, as Burn's checkpointer does).
+            let policy = if args.mode == "ours" {
+                FrequencyPolicy::EverySteps(every)
+            } else {
+                FrequencyPolicy::Never
+            };
             let config =
                 EngineConfig::new(args.dir.join("ckpt")).retention(Retention::keep_last(3));
             let ckpt = CkptCheckpointers::open(config)?;
             let result = training
                 .with_training_strategy(
-                    CkptTrainingStrategy::new(
-                        device.clone(),
-                        &ckpt,
-                        FrequencyPolicy::EverySteps(every),
-                    )
-                    .resume_latest()
-                    .deterministic(42)
-                    .tuning(SaveTuning::default().update_wait(wait))
-                    .into_training_strategy(),
+                    CkptTrainingStrategy::new(device.clone(), &ckpt, policy)
+                        .resume_latest()
+                        .deterministic(42)
+                        .tuning(SaveTuning::default().update_wait(wait))
+                        .into_training_strategy(),
                 )
                 .launch(learner);
             ckpt.finish()?;
@@ -425,7 +428,7 @@ fn main() -> Result<()> {
             )?;
         }
         other => anyhow::bail!(
-            "--mode {other}: ours, burn, zero, zero-off, off, custom, custom-burn or custom-off"
+            "--mode {other}: ours, ours-epoch, burn, zero, zero-off, off, custom, custom-burn or custom-off"
         ),
     }
     let wall_s = t0.elapsed().as_secs_f64();

@@ -113,6 +113,34 @@ fn program_on(
     (result, stop.and_then(|s| s.received()))
 }
 
+/// Environment variable: the child runs [`epoch_program`] (the checkpointers alone in Burn's
+/// own epoch loop, Burn's default application logger kept).
+const EPOCH_ROUTE: &str = "BURN_CKPT_LEARNER_EPOCH_ROUTE";
+
+/// The docs' epoch route: the three checkpointers alone, in Burn's own epoch loop.
+fn epoch_program(dir: &Path, epochs: usize) -> LearningResult<Tiny> {
+    let device = base_device().autodiff();
+    let train = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .shuffle(3)
+        .build(InMemDataset::new(data()));
+    let valid = DataLoaderBuilder::new(TinyBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(data()));
+    let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
+    let (m, o, s) = ckpt.checkpointers();
+    let result = SupervisedTraining::new(dir.join("burn"), train, valid)
+        .with_custom_checkpointers(m, o, s)
+        .with_checkpointing_strategy(AlwaysSave)
+        .num_epochs(epochs)
+        .launch(learner(init(&device)));
+    ckpt.finish().unwrap();
+    result
+}
+
+/// The line the checkpointers log at the first save of Burn's own epoch loop.
+const EPOCH_ROUTE_NOTICE: &str = "epoch checkpoints through Burn's own loop";
+
 /// Environment variable: the child keeps Burn's default application logger.
 const LOGGED: &str = "BURN_CKPT_LEARNER_LOGGED";
 
@@ -210,6 +238,14 @@ fn child_entry() {
             std::process::exit(3);
         }
     };
+    if std::env::var(EPOCH_ROUTE).is_ok() {
+        let result = epoch_program(Path::new(dir), epochs.parse().unwrap());
+        if let Some(e) = result.error {
+            eprintln!("training failed: {e}");
+            std::process::exit(1);
+        }
+        std::process::exit(0);
+    }
     if std::env::var(ZERO).is_ok() {
         let result = zero_program_with(Path::new(dir), epochs.parse().unwrap(), memory);
         await_abort();
@@ -514,5 +550,35 @@ fn what_recovery_did_reaches_burns_experiment_log() {
         log.lines()
             .any(|l| l.contains("checkpoints of this run so far")),
         "no summary in experiment.log:\n{log}"
+    );
+    // The strategy's saves do not stall: no notice that they do.
+    assert!(!log.contains(EPOCH_ROUTE_NOTICE), "{log}");
+}
+
+/// The checkpointers alone in Burn's epoch loop stall like Burn's checkpointer (Burn builds the
+/// records on its training thread): the first save says so in `experiment.log`, once, and
+/// names the way that does not stall.
+#[test]
+fn the_epoch_route_says_in_burns_log_that_its_saves_stall() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let out = run_child(&dir, 2, &[(EPOCH_ROUTE, "1".into())]);
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(verified_steps(&dir.join("ckpt")), vec![1, 2]);
+    let log = std::fs::read_to_string(dir.join("burn").join("experiment.log")).unwrap();
+    let notices: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(EPOCH_ROUTE_NOTICE))
+        .collect();
+    assert_eq!(notices.len(), 1, "{log}");
+    assert!(
+        notices[0].contains("INFO") && notices[0].contains("FrequencyPolicy::Never"),
+        "{}",
+        notices[0]
     );
 }

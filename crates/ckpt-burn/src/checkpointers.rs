@@ -112,6 +112,8 @@ pub struct Collector {
     /// condition variable [`Collector::wait_optimizer_read`] waits on.
     optim_read: Mutex<BTreeMap<usize, std::result::Result<(), String>>>,
     optim_read_cv: std::sync::Condvar,
+    /// Whether the first epoch-keyed save (Burn's own epoch loop) has said what it costs.
+    epoch_route_said: std::sync::atomic::AtomicBool,
 }
 
 type Annotation = (u64, BTreeMap<String, serde_json::Value>);
@@ -150,6 +152,7 @@ impl Collector {
             extra: Mutex::new(BTreeMap::new()),
             optim_read: Mutex::new(BTreeMap::new()),
             optim_read_cv: std::sync::Condvar::new(),
+            epoch_route_said: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -330,6 +333,20 @@ impl Collector {
         // Unannotated, the key is Burn's epoch number: said in the manifest, so that listings
         // tell these checkpoints from step-keyed ones (`ckpt ls` shows no step for them).
         let (epoch, meta) = lock(&self.annotations).remove(&key).unwrap_or_else(|| {
+            if !self
+                .epoch_route_said
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::info!(
+                    root = %self.root.display(),
+                    epoch = key,
+                    "epoch checkpoints through Burn's own loop: Burn builds the model and \
+                     optimizer records on the training thread before it hands them over, so each \
+                     save stalls training as long as with Burn's own checkpointer; \
+                     CkptTrainingStrategy with FrequencyPolicy::Never saves at the same epoch \
+                     ends without that stall"
+                );
+            }
             let mut meta = BTreeMap::new();
             meta.insert(
                 ckpt_core::Manifest::CHECKPOINT_KEY.to_string(),

@@ -249,7 +249,7 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Takes the writer lock on the root, runs start-up recovery and starts the persist thread.
     pub fn open(config: EngineConfig) -> Result<(Self, RecoveryReport)> {
-        let lock = RootLock::acquire_in(&*config.storage, &config.root)?;
+        let lock = RootLock::acquire(StoragePath::new(&*config.storage, &config.root))?;
         let report = recovery::recover(StoragePath::new(&*config.storage, &config.root))?;
         let latest = report.latest.as_ref().map(|c| c.step);
         let publisher = Arc::new(Publisher::new(

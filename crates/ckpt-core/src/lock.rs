@@ -1,5 +1,5 @@
 //! One writer per root: an exclusive lock on `ROOT/.lock`, taken through the root's
-//! [`Storage`] (an advisory `flock` on the local disk).
+//! [`Storage`](crate::storage::Storage) (an advisory `flock` on the local disk).
 //!
 //! The kernel releases a local lock when the holder dies, so a lock left by a killed process is
 //! recovered simply by taking it again; the pid written into the file is only for messages.
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::{
     Error, Result,
     layout::LOCK_FILE,
-    storage::{LocalDisk, LockAttempt, LockGuard, Storage},
+    storage::{LockAttempt, LockGuard, StoragePath},
 };
 
 /// Holds the exclusive writer lock of a checkpoint root until dropped.
@@ -20,14 +20,13 @@ pub struct RootLock {
 }
 
 impl RootLock {
-    /// Takes the lock on local `root` (creating the directory if needed) or fails with
-    /// [`Error::Locked`] naming the holder.
-    pub fn acquire(root: &Path) -> Result<Self> {
-        Self::acquire_in(&LocalDisk, root)
-    }
-
-    /// [`RootLock::acquire`] through `storage`.
-    pub fn acquire_in(storage: &dyn Storage, root: &Path) -> Result<Self> {
+    /// Takes the lock on `at` (a local path, or a [`StoragePath`] on another storage), creating
+    /// the directory if needed, or fails with [`Error::Locked`] naming the holder.
+    pub fn acquire<'a>(at: impl Into<StoragePath<'a>>) -> Result<Self> {
+        let StoragePath {
+            storage,
+            path: root,
+        } = at.into();
         crate::storage::create_dir_all_durable(storage, root).map_err(|e| Error::io(root, e))?;
         let path = root.join(LOCK_FILE);
         let me = format!("pid {} on {}", std::process::id(), hostname());
