@@ -340,6 +340,10 @@ impl Run {
     fn state_bytes(&self) -> Option<u64> {
         self.saves().first().and_then(|s| s["bytes"].as_u64())
     }
+    /// The run in `report.json`.
+    fn to_json(&self) -> Value {
+        json!({"mode": self.mode, "wall_s": self.wall_s, "peak_rss": self.peak_rss, "report": self.report})
+    }
 }
 
 /// Runs the trainer once; its peak RSS from `wait4`.
@@ -737,11 +741,10 @@ fn main() -> Result<()> {
     json["cubecl"] = Value::Array(cubecl_json);
     json["learner"] = learner::to_json(&learner_runs);
     json["custom_loop"] = learner::to_json(&custom_runs);
-    let run_json = |r: &Run| json!({"mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report});
     json["gpu_shape"] = Value::Array(
         gpu_shape
             .iter()
-            .map(|pass| Value::Array(pass.iter().map(run_json).collect()))
+            .map(|pass| Value::Array(pass.iter().map(Run::to_json).collect()))
             .collect(),
     );
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
@@ -755,7 +758,7 @@ fn main() -> Result<()> {
 }
 
 fn to_json(results: &[SizeResult]) -> Value {
-    let run = |r: &Run| json!({"mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report});
+    let run = Run::to_json;
     Value::Array(
         results
             .iter()

@@ -19,7 +19,7 @@ use burn_ckpt::ckpt_burn::strategy::{CkptTrainingStrategy, META_EPOCH_COMPLETE};
 use burn_ckpt::ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE};
 use burn_ckpt::ckpt_core::{self, EngineConfig, FrequencyPolicy, layout::checkpoint_dir_name};
 use test_support::fs::{At, flip_byte, step_dir, verified_steps};
-use test_support::tiny::{Sample, Tiny, TinyBatcher, data, learner};
+use test_support::tiny::{Sample, Tiny, TinyBatcher, data, learner, loaders};
 
 /// Environment variable: run the Burn program on this directory, with this many epochs.
 const CHILD: &str = "BURN_CKPT_LEARNER_SIGNAL_CHILD";
@@ -120,13 +120,7 @@ const EPOCH_ROUTE: &str = "BURN_CKPT_LEARNER_EPOCH_ROUTE";
 /// The docs' epoch route: the three checkpointers alone, in Burn's own epoch loop.
 fn epoch_program(dir: &Path, epochs: usize) -> LearningResult<Tiny> {
     let device = base_device().autodiff();
-    let train = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(16)
-        .shuffle(3)
-        .build(InMemDataset::new(data()));
-    let valid = DataLoaderBuilder::new(TinyBatcher)
-        .batch_size(16)
-        .build(InMemDataset::new(data()));
+    let (train, valid) = loaders(16, Some(3));
     let ckpt = CkptCheckpointers::open(EngineConfig::new(dir.join("ckpt"))).unwrap();
     let (m, o, s) = ckpt.checkpointers();
     let result = SupervisedTraining::new(dir.join("burn"), train, valid)
@@ -266,6 +260,16 @@ fn child_entry() {
         std::process::exit(EXIT_STOPPED);
     }
     std::process::exit(0);
+}
+
+/// The child exited with status 0 (its status and stderr otherwise).
+fn assert_exited_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs this test binary's [`child_entry`] on `dir` for `epochs` epochs, with `env` set, to
@@ -525,12 +529,7 @@ fn what_recovery_did_reaches_burns_experiment_log() {
     let newest = *verified_steps(&root).last().unwrap();
     flip_byte(&step_dir(&root, newest).join(MODEL_FILE), At::Middle, 0x40);
     let out = run_child(&dir, 2, &[(LOGGED, "1".into())]);
-    assert!(
-        out.status.success(),
-        "{:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exited_ok(&out);
     let log = std::fs::read_to_string(dir.join("burn").join("experiment.log")).unwrap();
     let line = log
         .lines()
@@ -563,12 +562,7 @@ fn the_epoch_route_says_in_burns_log_that_its_saves_stall() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     let out = run_child(&dir, 2, &[(EPOCH_ROUTE, "1".into())]);
-    assert!(
-        out.status.success(),
-        "{:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exited_ok(&out);
     assert_eq!(verified_steps(&dir.join("ckpt")), vec![1, 2]);
     let log = std::fs::read_to_string(dir.join("burn").join("experiment.log")).unwrap();
     let notices: Vec<&str> = log
