@@ -231,9 +231,11 @@ fn gpu_shape_markdown(passes: &[[Run; 3]]) -> String {
          run without checkpoints. *While training*: wall time minus the baseline's, minus the \
          final wait (the last save's persist after the last step, which no training overlaps), \
          over the 4 saves training followed. *In all*: wall time minus the baseline's, over the \
-         5 saves.\n\n\
-         | pass | no checkpoints s | while training per save, ours / Burn s | ratio | final wait, ours / Burn s | in all per save, ours / Burn s | ratio | extra peak RSS, ours / Burn (x state) |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         5 saves. *Extra CPU per save*: the process's CPU time (user + kernel, all threads, from \
+         `wait4`) minus the baseline's, over the 5 saves: the work a save costs, whichever thread does \
+         it.\n\n\
+         | pass | no checkpoints s | while training per save, ours / Burn s | ratio | final wait, ours / Burn s | in all per save, ours / Burn s | ratio | extra peak RSS, ours / Burn (x state) | extra CPU per save, ours / Burn s |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
     );
     let mut ratios = Vec::new();
     for (i, [off, ours, burn]) in passes.iter().enumerate() {
@@ -247,10 +249,11 @@ fn gpu_shape_markdown(passes: &[[Run; 3]]) -> String {
         );
         let state = ours.state_bytes().unwrap_or(0) as f64;
         let x = |r: &Run| (r.peak_rss as f64 - off.peak_rss as f64) / state;
+        let cpu = |r: &Run| (r.cpu_s - off.cpu_s) / r.saves().len().max(1) as f64;
         let ratio = wo / wb;
         ratios.push(ratio);
         o.push_str(&format!(
-            "| {} | {:.1} | {:.2} / {:.2} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} | {:.2} / {:.2} |\n",
+            "| {} | {:.1} | {:.2} / {:.2} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} |\n",
             i + 1,
             off.wall_s,
             wo,
@@ -263,6 +266,8 @@ fn gpu_shape_markdown(passes: &[[Run; 3]]) -> String {
             ao / ab,
             x(ours),
             x(burn),
+            cpu(ours),
+            cpu(burn),
         ));
     }
     o.push_str(&format!(
@@ -289,6 +294,8 @@ struct Run {
     mode: String,
     wall_s: f64,
     peak_rss: u64,
+    /// CPU seconds of the whole process (user + kernel, all threads), from `wait4`.
+    cpu_s: f64,
     report: Value,
 }
 
@@ -342,7 +349,7 @@ impl Run {
     }
     /// The run in `report.json`.
     fn to_json(&self) -> Value {
-        json!({"mode": self.mode, "wall_s": self.wall_s, "peak_rss": self.peak_rss, "report": self.report})
+        json!({"mode": self.mode, "wall_s": self.wall_s, "peak_rss": self.peak_rss, "cpu_s": self.cpu_s, "report": self.report})
     }
 }
 
@@ -393,7 +400,8 @@ fn run_trainer_env(
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {}", train.display()))?;
-    let (status, rusage) = wait4(child.id())?;
+    let exit = wait4(child.id())?;
+    let status = exit.code;
     let elapsed = t0.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&root);
     if status != 0 {
@@ -415,7 +423,8 @@ fn run_trainer_env(
     Ok(Run {
         mode: mode.to_string(),
         wall_s,
-        peak_rss: rusage,
+        peak_rss: exit.peak_rss,
+        cpu_s: exit.cpu_s,
         report,
     })
 }

@@ -318,7 +318,9 @@ fn main() -> Result<()> {
             batch * args.steps_per_epoch,
             args.hidden,
         )));
-    let train_loader = train.clone();
+    // The learner moves its loaders to the model's device; the custom loop takes this one,
+    // which would otherwise yield batches on the default device (wgpu where it is built in).
+    let train_loader = train.to_device(&device);
     let valid = DataLoaderBuilder::new(Rows(args.hidden))
         .batch_size(batch)
         .build(InMemDataset::new(samples(batch, args.hidden)));

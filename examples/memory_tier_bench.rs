@@ -48,7 +48,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 
-// `wait4`: a child's exit status and peak RSS.
+// `wait4`: a child's exit status, peak RSS and CPU time.
 #[path = "bench_report/process.rs"]
 mod process;
 use process::wait4;
@@ -97,6 +97,8 @@ fn shape(label: &str) -> Result<(u32, u32)> {
 struct Run {
     wall_s: f64,
     peak_rss: u64,
+    /// CPU seconds, user and kernel, all threads.
+    cpu_s: f64,
     report: Value,
 }
 
@@ -197,7 +199,8 @@ fn run_bin(
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
     let t0 = Instant::now();
-    let (status, peak_rss) = wait4(child.id())?;
+    let exit = wait4(child.id())?;
+    let (status, peak_rss) = (exit.code, exit.peak_rss);
     let elapsed = t0.elapsed().as_secs_f64();
     if status != 0 {
         bail!("{name} exited with {status}: see {}", log_path.display());
@@ -206,6 +209,7 @@ fn run_bin(
     Ok(Run {
         wall_s: report["wall_s"].as_f64().unwrap_or(elapsed),
         peak_rss,
+        cpu_s: exit.cpu_s,
         report,
     })
 }
@@ -373,6 +377,7 @@ fn main() -> Result<()> {
                 "median_memory_save_ms": median(r.report["memory_tier"]["save_ms"].as_array()
                     .map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()),
                 "peak_rss": r.peak_rss,
+                "cpu_s": r.cpu_s,
                 "tier_peak_bytes_rank0": r.report["memory_tier"]["peak_bytes"],
             }));
         }

@@ -95,6 +95,8 @@ pub(crate) struct LearnerRun {
     mode: String,
     wall_s: f64,
     peak_rss: u64,
+    /// CPU seconds of the whole process (user + kernel, all threads), from `wait4`.
+    cpu_s: f64,
     report: Value,
 }
 
@@ -158,7 +160,8 @@ fn run(
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
-    let (status, peak_rss) = super::wait4(child.id())?;
+    let exit = super::wait4(child.id())?;
+    let status = exit.code;
     let _ = std::fs::remove_dir_all(&root);
     if status != 0 {
         bail!(
@@ -173,7 +176,8 @@ fn run(
     Ok(LearnerRun {
         mode: mode.to_string(),
         wall_s: report["wall_s"].as_f64().unwrap_or(f64::NAN),
-        peak_rss,
+        peak_rss: exit.peak_rss,
+        cpu_s: exit.cpu_s,
         report,
     })
 }
@@ -223,12 +227,16 @@ struct Figures {
     lost: Vec<f64>,
     /// Per pass: peak RSS minus the mean of the baselines', in bytes.
     extra_rss: Vec<f64>,
+    /// Per pass: (CPU seconds - mean baseline CPU seconds) / saves.
+    cpu: Vec<f64>,
 }
 
 fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
     let base: Vec<&LearnerRun> = runs.iter().filter(|r| r.mode == "off").collect();
     let base_wall = base.iter().map(|r| r.wall_s).sum::<f64>() / base.len().max(1) as f64;
     let base_rss = base.iter().map(|r| r.peak_rss as f64).sum::<f64>() / base.len().max(1) as f64;
+    let base_cpu = base.iter().map(|r| r.cpu_s).sum::<f64>() / base.len().max(1) as f64;
+    let mut cpu = Vec::new();
     let mut stalls = Vec::new();
     let mut lost = Vec::new();
     let mut extra_rss = Vec::new();
@@ -249,11 +257,13 @@ fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
         }
         lost.push((r.wall_s - base_wall) / saved.len().max(1) as f64);
         extra_rss.push(r.peak_rss as f64 - base_rss);
+        cpu.push((r.cpu_s - base_cpu) / saved.len().max(1) as f64);
     }
     Figures {
         stall: median(&mut stalls),
         lost,
         extra_rss,
+        cpu,
     }
 }
 
@@ -304,9 +314,11 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
          saves that training followed. *Lost per save*: wall time (the last save durable) minus \
          the mean of the runs without checkpoints, over the saves. *Extra peak RSS*: peak RSS \
          minus the mean of the runs without checkpoints, against the state (weights + AdamW's \
-         moments).\n\n\
-         | size | state | stall per save, ours / Burn | ratio | lost per save, ours / Burn | ratio (median) | extra peak RSS, ours / Burn (x state) |\n\
-         |---|---|---|---|---|---|---|\n",
+         moments). *Extra CPU per save*: the process's CPU time (user + kernel, all threads, \
+         from `wait4`) minus the mean of the runs without checkpoints, over the saves: the work \
+         a save costs, whichever thread does it.\n\n\
+         | size | state | stall per save, ours / Burn | ratio | lost per save, ours / Burn | ratio (median) | extra peak RSS, ours / Burn (x state) | extra CPU per save, ours / Burn |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for (shape, runs) in sizes {
         let state = runs.first().map_or(f64::NAN, LearnerRun::state_bytes);
@@ -321,7 +333,7 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
             "ours in the noise (<= 0)".to_string()
         };
         o.push_str(&format!(
-            "| {} | {:.0} MB | {:.1} ms / {:.1} ms | {stall_ratio} | {} s / {} s | {:.2} | {} / {} |\n",
+            "| {} | {:.0} MB | {:.1} ms / {:.1} ms | {stall_ratio} | {} s / {} s | {:.2} | {} / {} | {} s / {} s |\n",
             shape.label,
             state / 1e6,
             ours.stall * 1e3,
@@ -331,6 +343,8 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
             ratio_lost,
             range(&ours.extra_rss, x),
             range(&burn.extra_rss, x),
+            range(&ours.cpu, |v| format!("{v:.2}")),
+            range(&burn.cpu, |v| format!("{v:.2}")),
         ));
     }
     o.push('\n');
@@ -346,7 +360,7 @@ pub(crate) fn to_json(sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> Value {
                 json!({
                     "size": shape.label,
                     "runs": runs.iter().map(|r| json!({
-                        "mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report,
+                        "mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "cpu_s": r.cpu_s, "report": r.report,
                     })).collect::<Vec<_>>(),
                 })
             })

@@ -1,10 +1,22 @@
-//! Waiting for a benchmark's child process: its exit status and peak RSS (shared by the
-//! report binaries that run the trainer as a child).
+//! Waiting for a benchmark's child process: its exit status, peak RSS and CPU time (shared by
+//! the report binaries that run the trainer as a child).
 
 use anyhow::{Context, Result};
 
-/// Waits for process `pid`; its exit status (or 128 + signal) and peak RSS in bytes.
-pub(crate) fn wait4(pid: u32) -> Result<(i32, u64)> {
+/// What the kernel says of a child that ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exit {
+    /// Its exit status, or 128 + the signal that ended it.
+    pub(crate) code: i32,
+    /// Its peak resident set, in bytes.
+    pub(crate) peak_rss: u64,
+    /// CPU seconds it spent in user mode and in the kernel (page faults among them), all
+    /// threads.
+    pub(crate) cpu_s: f64,
+}
+
+/// Waits for process `pid`: its exit status, peak RSS and CPU time.
+pub(crate) fn wait4(pid: u32) -> Result<Exit> {
     let mut status: libc::c_int = 0;
     // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -18,5 +30,10 @@ pub(crate) fn wait4(pid: u32) -> Result<(i32, u64)> {
     } else {
         128 + libc::WTERMSIG(status)
     };
-    Ok((code, ru.ru_maxrss as u64 * 1024))
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(Exit {
+        code,
+        peak_rss: ru.ru_maxrss as u64 * 1024,
+        cpu_s: secs(ru.ru_utime) + secs(ru.ru_stime),
+    })
 }

@@ -17,6 +17,10 @@ pub(crate) trait HeldTensor: Send {
     fn draw(self: Box<Self>) -> burn::tensor::TensorData;
     /// Registers it, without autodiff, in `tx` (one batched eager read).
     fn register(self: Box<Self>, tx: Transaction) -> Transaction;
+    /// Its first `len` bytes without a copy, where the backend keeps them in host memory in
+    /// the serialized layout (a contiguous float or int tensor on Flex): a view that keeps a
+    /// handle clone. `None` elsewhere (then [`HeldTensor::draw`]).
+    fn view(&self, len: usize) -> Option<FlexView>;
 }
 
 impl<const D: usize, K> HeldTensor for Tensor<D, K>
@@ -29,6 +33,61 @@ where
     }
     fn register(self: Box<Self>, tx: Transaction) -> Transaction {
         tx.register((*self).inner())
+    }
+    fn view(&self, len: usize) -> Option<FlexView> {
+        use burn::backend::{BackendTensor, DispatchTensorKind};
+        let DispatchTensorKind::Flex(tensor) = self.clone().inner().into_dispatch().kind else {
+            return None;
+        };
+        let (BackendTensor::Float(tensor) | BackendTensor::Int(tensor)) = tensor else {
+            return None;
+        };
+        FlexView::new(tensor, len)
+    }
+}
+
+/// The bytes of a Flex tensor read in place: a handle clone keeps the buffer alive and,
+/// since Flex writes a buffer in place only while its handle is unique, unchanged by the
+/// training that goes on.
+pub(crate) struct FlexView {
+    tensor: <burn::backend::Flex as burn::backend::BackendTypes>::FloatTensorPrimitive,
+    len: usize,
+    /// The tensor's share of [`crate::pinned_state_bytes`], given back with the view.
+    pin: Option<Pin>,
+}
+
+impl FlexView {
+    /// A view of the first `len` bytes of `tensor`'s buffer, where they are its elements in
+    /// row-major order.
+    fn new(
+        tensor: <burn::backend::Flex as burn::backend::BackendTypes>::FloatTensorPrimitive,
+        len: usize,
+    ) -> Option<Self> {
+        let layout = tensor.layout();
+        let whole = layout.is_contiguous()
+            && layout.start_offset() == 0
+            && layout.num_elements() * tensor.dtype().size() == len
+            && tensor.bytes().len() >= len;
+        whole.then_some(Self {
+            tensor,
+            len,
+            pin: None,
+        })
+    }
+
+    /// Bytes that read the buffer in place and give back the handle and `pin` when dropped.
+    fn into_bytes(mut self, pin: Option<Pin>) -> burn::tensor::Bytes {
+        self.pin = pin;
+        burn::tensor::Bytes::from_shared(
+            bytes::Bytes::from_owner(self),
+            burn::tensor::AllocationProperty::Native,
+        )
+    }
+}
+
+impl AsRef<[u8]> for FlexView {
+    fn as_ref(&self) -> &[u8] {
+        &self.tensor.bytes()[..self.len]
     }
 }
 
@@ -209,6 +268,11 @@ impl Entry {
                 Slot::Staged(bytes) => Ok(bytes),
                 Slot::Held(held, pin) => {
                     drop(guard);
+                    // Read in place where the backend allows (handle and pin go once the
+                    // bytes are written), else copied (they go at once).
+                    if let Some(view) = held.view(len) {
+                        return Ok(view.into_bytes(pin));
+                    }
                     let data = held.draw();
                     drop(pin);
                     Ok(data.into_bytes())
@@ -340,4 +404,96 @@ pub(crate) fn write_entries(
         &std::collections::BTreeMap::new(),
         sink,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, TensorData};
+
+    fn weights(n: usize) -> Tensor<2> {
+        let values: Vec<f32> = (0..n * n).map(|i| i as f32 * 0.5).collect();
+        Tensor::from_data(TensorData::new(values, [n, n]), &Device::flex())
+    }
+
+    #[test]
+    fn a_held_flex_tensor_is_written_from_its_own_buffer() {
+        let t = weights(64);
+        let len = 64 * 64 * 4;
+        let buffer = t.clone().into_dispatch().kind;
+        let burn::backend::DispatchTensorKind::Flex(burn::backend::BackendTensor::Float(flex)) =
+            buffer
+        else {
+            panic!("a Flex float tensor");
+        };
+        let held: Box<dyn HeldTensor> = Box::new(t.clone());
+        let view = held
+            .view(len)
+            .expect("a contiguous Flex tensor is viewed in place");
+        let bytes = view.into_bytes(None);
+        assert_eq!(bytes.len(), len);
+        assert_eq!(
+            bytes.as_ptr(),
+            flex.bytes().as_ptr(),
+            "the view is the tensor's own buffer, not a copy"
+        );
+        assert_eq!(&bytes[..], &t.clone().into_data().bytes()[..]);
+    }
+
+    #[test]
+    fn a_held_model_entry_is_written_without_a_copy() {
+        let t = weights(48);
+        let burn::backend::DispatchTensorKind::Flex(burn::backend::BackendTensor::Float(flex)) =
+            t.clone().into_dispatch().kind
+        else {
+            panic!("a Flex float tensor");
+        };
+        let mut collector = DeferredCollector::default();
+        let (dtype, shape) = (t.dtype(), t.shape().iter().copied().collect());
+        collector.push(ParamId::new(), dtype, shape, Box::new(t.clone()));
+        let entry = collector.entries.pop().expect("one entry");
+        let bytes = entry
+            .into_pack_tensor()
+            .into_bytes()
+            .expect("the writer draws the entry");
+        assert_eq!(
+            bytes.as_ptr(),
+            flex.bytes().as_ptr(),
+            "the writer reads the held tensor's own buffer"
+        );
+        assert_eq!(&bytes[..], &t.into_data().bytes()[..]);
+    }
+
+    #[test]
+    fn training_after_the_capture_does_not_change_a_view() {
+        let t = weights(32);
+        let before = t.clone().into_data();
+        let held: Box<dyn HeldTensor> = Box::new(t.clone());
+        let bytes = held.view(32 * 32 * 4).expect("viewed").into_bytes(None);
+        drop(held);
+        // The trainer's update: its handle is no longer unique, so Flex copies on write.
+        let updated = t.mul_scalar(3.0).add_scalar(1.0);
+        assert_ne!(updated.into_data(), before);
+        assert_eq!(&bytes[..], &before.bytes()[..]);
+    }
+
+    #[test]
+    fn a_view_keeps_its_pin_until_dropped_and_odd_layouts_are_drawn() {
+        let t = weights(16);
+        let held: Box<dyn HeldTensor> = Box::new(t.clone());
+        let before = crate::pinned_state_bytes();
+        let bytes = held
+            .view(16 * 16 * 4)
+            .expect("viewed")
+            .into_bytes(Some(Pin::new(1 << 40)));
+        assert!(crate::pinned_state_bytes() >= before + (1 << 40));
+        drop(bytes);
+        assert!(crate::pinned_state_bytes() < 1 << 40);
+        // A transposed view is not in the serialized layout: no in-place read.
+        let held: Box<dyn HeldTensor> = Box::new(t.clone().transpose());
+        assert!(held.view(16 * 16 * 4).is_none());
+        // Nor is a length that is not the tensor's.
+        let held: Box<dyn HeldTensor> = Box::new(t);
+        assert!(held.view(16 * 16 * 4 + 4).is_none());
+    }
 }
