@@ -305,8 +305,21 @@ impl BurnCheckpointers {
     }
 }
 
+/// Sends the libraries' events to stderr: level `warn` by default, `RUST_LOG` overrides (for
+/// example `RUST_LOG=ckpt_burn=info` for each save's stall and persist time).
+fn install_log_subscriber() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
+    install_log_subscriber();
     RECORDS.set(true);
     let t0 = Instant::now();
     let device = Device::flex().autodiff();

@@ -6,6 +6,7 @@
 mod export;
 mod inspect;
 mod remote;
+mod rewound;
 
 use std::path::{Path, PathBuf};
 
@@ -63,13 +64,17 @@ enum Cmd {
         with_optim: bool,
     },
     /// Remove stale in-flight data, quarantined and invalid checkpoints, and optionally apply
-    /// retention. Refuses while a trainer holds the root.
+    /// retention and remove what rewinds moved aside. Refuses while a trainer holds the root.
     Gc {
         /// Checkpoint root, or an object-store prefix (s3://bucket/prefix).
         root: PathBuf,
         /// Also keep only the newest N valid checkpoints.
         #[arg(long)]
         keep_last: Option<usize>,
+        /// Also remove the checkpoints a rewind moved aside (`ROOT/.rewound-*`: the timeline a
+        /// run abandoned when it started over or resumed from an earlier step).
+        #[arg(long)]
+        rewound: bool,
     },
 }
 
@@ -132,9 +137,18 @@ fn main() {
         } => export::to_safetensors(&ckpt, &out, with_optim).map(|n| {
             println!("wrote {n} tensors to {}", out.display());
         }),
-        Cmd::Gc { root, keep_last } => match url(&root) {
+        Cmd::Gc {
+            root,
+            keep_last,
+            rewound,
+        } => match url(&root) {
+            Some(_) if rewound => Err(anyhow::anyhow!(
+                "--rewound: {} is an object-store prefix; rewinds move only local checkpoints \
+                 aside (ROOT/.rewound-*)",
+                root.display()
+            )),
             Some(u) => remote::gc(&u, keep_last),
-            None => gc(&root, keep_last),
+            None => gc(&root, keep_last, rewound),
         },
     };
     if let Err(e) = res {
@@ -178,6 +192,7 @@ fn human(bytes: u64) -> String {
 fn ls(root: &Path, json: bool) -> Result<()> {
     require_dir(root)?;
     let list = list_checkpoints(root, false)?;
+    let aside = rewound::list(root)?;
     if json {
         let rows: Vec<_> = list
             .iter()
@@ -200,10 +215,17 @@ fn ls(root: &Path, json: bool) -> Result<()> {
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
+        // Stdout stays one JSON document.
+        if let Some(note) = rewound::note(&aside) {
+            eprintln!("{note}");
+        }
         return Ok(());
     }
     if list.is_empty() {
         println!("no checkpoints in {}", root.display());
+        if let Some(note) = rewound::note(&aside) {
+            println!("{note}");
+        }
         return Ok(());
     }
     println!(
@@ -242,6 +264,9 @@ fn ls(root: &Path, json: bool) -> Result<()> {
             "{name:<16} {step:>10} {epoch:>6} {:>10} {files:>6}  {status}",
             human(c.bytes)
         );
+    }
+    if let Some(note) = rewound::note(&aside) {
+        println!("{note}");
     }
     Ok(())
 }
@@ -312,7 +337,7 @@ fn verify(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn gc(root: &Path, keep_last: Option<usize>) -> Result<()> {
+fn gc(root: &Path, keep_last: Option<usize>, remove_rewound: bool) -> Result<()> {
     require_dir(root)?;
     let _lock = RootLock::acquire(root)?;
     for p in garbage_collect(root)? {
@@ -322,6 +347,14 @@ fn gc(root: &Path, keep_last: Option<usize>) -> Result<()> {
         for s in prune(root, &Retention::keep_last(n))? {
             println!("removed step {s} (retention)");
         }
+    }
+    let aside = rewound::list(root)?;
+    if remove_rewound {
+        for p in rewound::remove(root, aside)? {
+            println!("removed {} (rewound)", p.display());
+        }
+    } else if let Some(note) = rewound::note(&aside) {
+        println!("{note}");
     }
     Ok(())
 }

@@ -174,3 +174,61 @@ fn a_reader_that_closes_early_ends_ckpt_quietly() {
         "ckpt panicked on a closed pipe: {err}"
     );
 }
+
+#[test]
+fn ls_shows_what_rewinds_moved_aside_and_gc_removes_it_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = root.to_str().unwrap();
+    make_root(root, &[10, 20, 30]);
+    // A run that resumed from step 10: 20 and 30 belong to the abandoned timeline.
+    let (mut e, _) = Engine::open(EngineConfig::new(root)).unwrap();
+    let moved = e.rewind(Some(10)).unwrap();
+    assert_eq!(moved.len(), 2);
+    e.finish().unwrap();
+    let aside = test_support::fs::rewound_entries(root);
+    assert_eq!(aside.len(), 2, "{aside:?}");
+
+    let (code, out, _) = ckpt(&["ls", r]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("step-00000010") && !out.contains("step-00000030"),
+        "{out}"
+    );
+    assert!(
+        out.contains("2 checkpoint(s) a rewind moved aside") && out.contains("gc --rewound"),
+        "ls must say what the rewound entries hold: {out}"
+    );
+    // JSON stays one document on stdout; the note goes to stderr.
+    let (code, out, err) = ckpt(&["ls", r, "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert!(err.contains("rewind moved aside"), "{err}");
+
+    // A plain gc keeps them and says so.
+    let (code, out, err) = ckpt(&["gc", r]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("are kept"), "{out}");
+    assert_eq!(test_support::fs::rewound_entries(root).len(), 2);
+
+    // An object-store prefix has none: asking is an error, not a silent no-op.
+    let (code, _, err) = ckpt(&["gc", "s3://bucket/prefix", "--rewound"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--rewound") && err.contains("object-store"),
+        "{err}"
+    );
+
+    // --rewound removes them and nothing else.
+    let (code, out, err) = ckpt(&["gc", r, "--rewound"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("(rewound)").count(), 2, "{out}");
+    assert!(test_support::fs::rewound_entries(root).is_empty());
+    assert!(root.join("step-00000010").exists());
+    let (code, out, _) = ckpt(&["ls", r]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("rewind"), "{out}");
+    let (code, _, _) = ckpt(&["verify", r]);
+    assert_eq!(code, 0);
+}
