@@ -52,7 +52,7 @@ enum Cmd {
     },
     /// Write a checkpoint's model tensors (and optionally its optimizer's) to another format.
     Export {
-        /// A checkpoint directory (`ROOT/step-*`).
+        /// A checkpoint directory (`ROOT/step-*`, or s3://bucket/prefix/step-*).
         ckpt: PathBuf,
         /// Output format.
         #[arg(long, value_enum)]
@@ -134,7 +134,11 @@ fn main() {
             to: Format::Safetensors,
             out,
             with_optim,
-        } => export::to_safetensors(&ckpt, &out, with_optim).map(|n| {
+        } => match url(&ckpt) {
+            Some(u) => remote::export(&u, &out, with_optim),
+            None => export::to_safetensors(&ckpt, &out, with_optim),
+        }
+        .map(|n| {
             println!("wrote {n} tensors to {}", out.display());
         }),
         Cmd::Gc {

@@ -1,4 +1,4 @@
-//! `ckpt ls/verify/inspect/gc` on an object-store URL (`s3://bucket/prefix`, credentials and
+//! `ckpt ls/verify/inspect/export/gc` on an object-store URL (`s3://bucket/prefix`, credentials and
 //! endpoint from the `AWS_*` variables), through `ckpt-remote`.
 
 use anyhow::{Result, bail};
@@ -131,6 +131,20 @@ pub(crate) fn inspect(url: &str, json: bool) -> Result<()> {
     let ev = remote.restore_into(&mut engine, step)?;
     engine.finish()?;
     crate::inspect_cmd(&ev.path, json)
+}
+
+/// `ckpt export URL/step-* --to safetensors OUT`: downloads the checkpoint (verified) into a
+/// temporary root and exports it from there. Returns the tensors written.
+pub(crate) fn export(url: &str, out: &std::path::Path, with_optim: bool) -> Result<usize> {
+    let (prefix, Some(step)) = split_step(url) else {
+        bail!("{url}: name one checkpoint (.../step-NNNNNNNN)");
+    };
+    let remote = open(prefix)?;
+    let tmp = tempfile::tempdir()?;
+    let (mut engine, _) = ckpt_core::Engine::open(ckpt_core::EngineConfig::new(tmp.path()))?;
+    let ev = remote.restore_into(&mut engine, step)?;
+    engine.finish()?;
+    crate::export::to_safetensors(&ev.path, out, with_optim)
 }
 
 /// `ckpt gc URL`: removes unpublished uploads (no valid manifest) and, with `keep_last`,

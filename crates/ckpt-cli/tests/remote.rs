@@ -1,4 +1,4 @@
-//! `ckpt ls/verify/inspect/gc` on an object-store URL, against a real S3-compatible server
+//! `ckpt ls/verify/inspect/export/gc` on an object-store URL, against a real S3-compatible server
 //! (`moto_server`) on loopback.
 
 use std::{process::Command, time::Duration};
@@ -33,7 +33,7 @@ fn remote(url: &str, endpoint: &str) -> Remote {
 }
 
 #[test]
-fn ls_verify_inspect_and_gc_accept_an_s3_url() {
+fn ls_verify_inspect_export_and_gc_accept_an_s3_url() {
     let moto = Moto::start();
     let ep = moto.endpoint();
     let tmp = tempfile::tempdir().unwrap();
@@ -76,6 +76,75 @@ fn ls_verify_inspect_and_gc_accept_an_s3_url() {
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["trainer"]["step"], 6, "{v}");
+
+    // Export from the store is the same file as from the local checkpoint it was uploaded from.
+    let from_store = tmp.path().join("store.safetensors");
+    let from_disk = tmp.path().join("disk.safetensors");
+    let (code, out, err) = ckpt(
+        &ep,
+        &[
+            "export",
+            &one,
+            "--to",
+            "safetensors",
+            from_store.to_str().unwrap(),
+            "--with-optim",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote") && out.contains("tensors"), "{out}");
+    let local = root.join("step-00000006");
+    let (code, _, err) = ckpt(
+        &ep,
+        &[
+            "export",
+            local.to_str().unwrap(),
+            "--to",
+            "safetensors",
+            from_disk.to_str().unwrap(),
+            "--with-optim",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    // The same tensors and metadata (the header's metadata order is a HashMap's, so the bytes
+    // may differ).
+    let (a, b) = (
+        std::fs::read(&from_store).unwrap(),
+        std::fs::read(&from_disk).unwrap(),
+    );
+    let (sa, sb) = (
+        safetensors::SafeTensors::deserialize(&a).unwrap(),
+        safetensors::SafeTensors::deserialize(&b).unwrap(),
+    );
+    let (_, ma) = safetensors::SafeTensors::read_metadata(&a).unwrap();
+    let (_, mb) = safetensors::SafeTensors::read_metadata(&b).unwrap();
+    assert_eq!(ma.metadata(), mb.metadata());
+    let mut names = sa.names();
+    names.sort();
+    let mut names_b = sb.names();
+    names_b.sort();
+    assert_eq!(names, names_b);
+    assert!(names.iter().any(|n| n.starts_with("optim.")), "{names:?}");
+    for n in names {
+        let (ta, tb) = (sa.tensor(n).unwrap(), sb.tensor(n).unwrap());
+        assert_eq!(
+            (ta.dtype(), ta.shape(), ta.data()),
+            (tb.dtype(), tb.shape(), tb.data()),
+            "{n}: the export from the store differs from the local one"
+        );
+    }
+    let (code, _, err) = ckpt(
+        &ep,
+        &[
+            "export",
+            &url,
+            "--to",
+            "safetensors",
+            from_store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("name one checkpoint"), "{err}");
 
     // Retention on the remote prefix.
     let (code, out, err) = ckpt(&ep, &["gc", &url, "--keep-last", "1"]);
