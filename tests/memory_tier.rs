@@ -400,10 +400,13 @@ fn an_older_memory_step_is_never_chosen_over_the_disks() {
 /// training (failpoint `memory_tier_submit`) and each save waited for, a run under the default 5 % budget takes few
 /// of its due saves, says how many it skipped for the budget and reports the cost it
 /// measured within the budget's reach; the same run with the budget off takes every one.
+/// The run is longer than the warm-up's limit (ten times its 5 steps): before it, the
+/// measuring save is taken only at a step where every rank's step times have settled, which
+/// a run of microsecond steps on a busy machine may never see (24 steps failed 1 run in 3).
 #[test]
 fn the_overhead_budget_throttles_costly_saves() {
     let tmp = tempfile::tempdir().unwrap();
-    let steps = 24;
+    let steps = 60;
     let go = |budget: &str| {
         let root = tmp.path().join(format!("budget-{budget}"));
         let report = tmp.path().join(format!("budget-{budget}.json"));
@@ -428,7 +431,15 @@ fn the_overhead_budget_throttles_costly_saves() {
         "5 % budget: took {} of {steps} costly saves: {on}",
         saved(&on)
     );
-    assert!(on["throttled"].as_u64().unwrap() >= steps / 2, "{on}");
+    // Every due save is accounted for: taken, over the budget, or skipped while the ranks
+    // disagreed (one settled or within its budget, another not).
+    let (throttled, skipped) = (
+        on["throttled"].as_u64().unwrap(),
+        on["skipped"].as_u64().unwrap(),
+    );
+    assert_eq!(saved(&on) + throttled + skipped, steps, "{on}");
+    // After the measuring save (by step 51 at the latest) every due save is over the budget.
+    assert!(throttled >= 5, "{on}");
     // The save taken after the warm-up measured the cost, its 100 ms stall included.
     assert!(lost(&on) >= 0.1 * saved(&on) as f64, "{on}");
     assert!(on["training_s"].as_f64().unwrap() > lost(&on), "{on}");
