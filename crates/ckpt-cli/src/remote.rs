@@ -119,9 +119,9 @@ pub(crate) fn verify(url: &str) -> Result<()> {
     Ok(())
 }
 
-/// `ckpt inspect URL/step-*`: downloads the checkpoint (verified) into a temporary root and
-/// inspects it there.
-pub(crate) fn inspect(url: &str, json: bool) -> Result<()> {
+/// Downloads the checkpoint `URL/step-*` names, verified, into a temporary root: the root
+/// (removed when dropped) and the checkpoint's directory in it.
+fn download(url: &str) -> Result<(tempfile::TempDir, std::path::PathBuf)> {
     let (prefix, Some(step)) = split_step(url) else {
         bail!("{url}: name one checkpoint (.../step-NNNNNNNN)");
     };
@@ -130,21 +130,21 @@ pub(crate) fn inspect(url: &str, json: bool) -> Result<()> {
     let (mut engine, _) = ckpt_core::Engine::open(ckpt_core::EngineConfig::new(tmp.path()))?;
     let ev = remote.restore_into(&mut engine, step)?;
     engine.finish()?;
-    crate::inspect_cmd(&ev.path, json)
+    Ok((tmp, ev.path))
+}
+
+/// `ckpt inspect URL/step-*`: downloads the checkpoint (verified) into a temporary root and
+/// inspects it there.
+pub(crate) fn inspect(url: &str, json: bool) -> Result<()> {
+    let (_tmp, ckpt) = download(url)?;
+    crate::inspect_cmd(&ckpt, json)
 }
 
 /// `ckpt export URL/step-* --to safetensors OUT`: downloads the checkpoint (verified) into a
 /// temporary root and exports it from there. Returns the tensors written.
 pub(crate) fn export(url: &str, out: &std::path::Path, with_optim: bool) -> Result<usize> {
-    let (prefix, Some(step)) = split_step(url) else {
-        bail!("{url}: name one checkpoint (.../step-NNNNNNNN)");
-    };
-    let remote = open(prefix)?;
-    let tmp = tempfile::tempdir()?;
-    let (mut engine, _) = ckpt_core::Engine::open(ckpt_core::EngineConfig::new(tmp.path()))?;
-    let ev = remote.restore_into(&mut engine, step)?;
-    engine.finish()?;
-    crate::export::to_safetensors(&ev.path, out, with_optim)
+    let (_tmp, ckpt) = download(url)?;
+    crate::export::to_safetensors(&ckpt, out, with_optim)
 }
 
 /// `ckpt gc URL`: removes unpublished uploads (no valid manifest) and, with `keep_last`,
