@@ -6,6 +6,7 @@
 //! `F32` (same bytes) and booleans as one byte each; quantized tensors have no safetensors
 //! equivalent and are refused. The output is written to a sibling temporary file and renamed
 //! into place, so a failed export never leaves a partial file under the requested name.
+//! Exporting the same checkpoint twice gives the same bytes (see [`sort_metadata`]).
 
 use std::{
     borrow::Cow,
@@ -118,16 +119,48 @@ pub(crate) fn to_safetensors(dir: &Path, out: &Path, optim: bool) -> Result<usiz
             }
         }
     }
-    let info = HashMap::from([
+    let info = BTreeMap::from([
         ("format".to_string(), "pt".to_string()),
         ("source".to_string(), "burn-ckpt".to_string()),
         ("step".to_string(), m.step.to_string()),
         ("epoch".to_string(), m.epoch.to_string()),
     ]);
-    let bytes = safetensors::serialize(tensors.iter(), Some(info))
+    let unordered: HashMap<String, String> = info.clone().into_iter().collect();
+    let mut bytes = safetensors::serialize(tensors.iter(), Some(unordered))
         .with_context(|| format!("{}: cannot encode safetensors", out.display()))?;
+    if let Err(why) = sort_metadata(&mut bytes, &info) {
+        tracing::warn!(
+            file = %out.display(),
+            "the export is valid, but its metadata is in this run's order, so exporting the \
+             same checkpoint again may give different bytes: {why}"
+        );
+    }
     write_atomically(out, &bytes)?;
     Ok(tensors.len())
+}
+
+/// Rewrites the `__metadata__` object of a safetensors file's header in name order.
+///
+/// safetensors 0.8 serializes the metadata from a `HashMap`, whose order changes from process
+/// to process, so two exports of one checkpoint would differ in their header (the tensors'
+/// order is already fixed: by alignment, then name). The crate writes the metadata first, as
+/// `{"__metadata__":{...}`; the same entries in name order take the same bytes, so they are
+/// written over it in place. Checked, not assumed: the bytes replaced must be exactly `info`.
+fn sort_metadata(bytes: &mut [u8], info: &BTreeMap<String, String>) -> Result<()> {
+    const OPEN: &[u8] = b"{\"__metadata__\":";
+    let sorted = serde_json::to_vec(info)?;
+    let at = 8 + OPEN.len();
+    let end = at + sorted.len();
+    let matches = bytes.get(8..at) == Some(OPEN)
+        && bytes
+            .get(at..end)
+            .and_then(|b| serde_json::from_slice::<BTreeMap<String, String>>(b).ok())
+            .is_some_and(|found| &found == info);
+    if !matches {
+        bail!("the safetensors header does not begin with the metadata written");
+    }
+    bytes[at..end].copy_from_slice(&sorted);
+    Ok(())
 }
 
 fn write_atomically(out: &Path, bytes: &[u8]) -> Result<()> {

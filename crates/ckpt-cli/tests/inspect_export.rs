@@ -185,6 +185,47 @@ fn export_safetensors_holds_every_model_tensor() {
     );
 }
 
+#[test]
+fn exporting_a_checkpoint_again_gives_the_same_bytes() {
+    // Each export is its own process, so a map's per-process order would show (safetensors
+    // writes the metadata from a `HashMap`): four runs all alike by chance is 1 in 24^3.
+    let dir = checkpoint();
+    let tmp = tempfile::tempdir().unwrap();
+    let exports: Vec<Vec<u8>> = (0..4)
+        .map(|i| {
+            let out = tmp.path().join(format!("model-{i}.safetensors"));
+            let (code, _, err) = ckpt(&[
+                "export",
+                dir.to_str().unwrap(),
+                "--to",
+                "safetensors",
+                out.to_str().unwrap(),
+                "--with-optim",
+            ]);
+            assert_eq!(code, 0, "{err}");
+            assert!(!err.contains("WARN"), "{err}");
+            fs::read(&out).unwrap()
+        })
+        .collect();
+    for (i, e) in exports.iter().enumerate().skip(1) {
+        assert!(e == &exports[0], "export {i} differs from export 0");
+    }
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&exports[0]).unwrap();
+    let meta = meta.metadata().as_ref().unwrap();
+    assert_eq!(
+        (meta["format"].as_str(), meta["step"].as_str(), meta.len()),
+        ("pt", "3", 4)
+    );
+    let header_len = u64::from_le_bytes(exports[0][..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&exports[0][8..8 + header_len]).unwrap();
+    assert!(
+        header.starts_with(
+            r#"{"__metadata__":{"epoch":"0","format":"pt","source":"burn-ckpt","step":"3"}"#
+        ),
+        "{header}"
+    );
+}
+
 /// Copies the shared checkpoint so a test can damage it.
 fn copy_of(dir: &Path, into: &Path) -> PathBuf {
     let dst = into.join("step-00000003");
