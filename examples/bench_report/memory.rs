@@ -144,18 +144,20 @@ pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     }
     let _ = writeln!(
         w,
-        "\nWhere a save's memory goes: the files are encoded as a stream (one tensor at a time \
-         into the checksumming writer), so no file is ever buffered whole. A background save \
-         holds handle clones, and while training continues every replaced tensor stays held \
-         (copy-on-write, up to the whole state; the model's tensors are released as they are \
-         written); Burn's `OptimizerRecord`, its only public view of optimizer state, is \
-         materialized whole while the optimizer's clone is still held. So a background save \
-         peaks near max(model + optimizer, 2 x optimizer), 1.33x the state with AdamW; a save \
-         written while training waits replaces nothing and peaks near one state (the model's \
-         tensors copied out one at a time, which the allocator keeps, and the optimizer \
-         record). Under a budget (`--snapshot-budget-mb`, default 1024 MiB) the trainer \
-         picks the background route only when its peak fits (`ckpt_core::MemoryGate::route` on `FrozenState::memory`). \
-         Budgets below that cannot be met through Burn's public API; the \
-         trainer then saves blocking and warns.\n"
+        "\nWhere a save's memory goes: every save here goes through the library's own save path \
+         (`FrozenState::submit`, what the trainer, the learner strategy and `CheckpointManager` \
+         call; *sync* encodes on the training thread). The files are encoded as a stream (one \
+         tensor at a time into the checksumming writer), so no file is ever buffered whole. A \
+         background save holds handle clones, and while training continues every replaced \
+         tensor stays held (copy-on-write; the model's tensors are released as they are \
+         written). Burn's `OptimizerRecord`, its only public view of optimizer state, is \
+         materialized whole (`to_record` copies the moments out) and streamed to a scratch file \
+         tensor by tensor (`OptimizerRecord::save`, each freed once written), then into the \
+         part. So a background save holds at most about one state (model + optimizer) beyond \
+         training's own, which is what the gate counts (`FrozenState::memory`, \
+         `ckpt_core::MemoryGate::route`). Under a budget a save whose peak does not fit is \
+         throttled: submitted, then training waits until what it still holds fits the budget, \
+         or until it holds only the optimizer record, which no route through Burn's public API \
+         avoids (the floor; a budget below it is exceeded by the difference, with a warning).\n"
     );
 }

@@ -215,7 +215,7 @@ pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     let _ = writeln!(
         w,
         "One untimed training step between saves; only the save call is timed. *async*: \
-         `FrozenState::capture(..).into_snapshot()` + `Engine::submit` (encoding and writing on \
+         `FrozenState::capture(..).with_scratch_dir(root).into_snapshot()` + `Engine::submit` (encoding and writing on \
          the persist thread). *sync*: the same bytes encoded, written, fsynced and published \
          before returning. *Burn*: what the learner's default checkpointer does on the training \
          thread (`model.clone().into_record()`, `optim.to_record()`, `sched.to_record()` handed \

@@ -212,7 +212,7 @@ fn memory_target(w: &mut String, i: &Inputs) {
             .filter(|r| !feasible(r))
             .map(|r| {
                 format!(
-                    "at {} ({:.0} MB of state) no save fits {:.0} MB through Burn's public API (it materializes the whole optimizer record): the trainer warns and saves blocking, peak {:.0} MB ({:.2}x the state)",
+                    "at {} ({:.0} MB of state) no save fits {:.0} MB through Burn's public API (it materializes the whole optimizer record): the save is throttled until it holds no more than that record, with a warning, peak {:.0} MB ({:.2}x the state)",
                     r.size.label,
                     mb(r.bytes as f64),
                     mb(i.staging_budget as f64),
@@ -244,7 +244,7 @@ fn memory_target(w: &mut String, i: &Inputs) {
             verdict(ok),
             if ok {
                 format!(
-                    "{:.0} MB under: a save whose background peak (held state + Burn's optimizer record, streamed encoding) would not fit is written while training waits; without a budget the {} async save adds {:.0} MB ({:.2}x the state)",
+                    "{:.0} MB under: a save whose background peak (held state + Burn's optimizer record, streamed through a scratch file) would not fit is throttled: training waits until what it still holds fits; without a budget the {} async save adds {:.0} MB ({:.2}x the state)",
                     mb((i.staging_budget - extra) as f64),
                     r.size.label,
                     mb(unbounded as f64),

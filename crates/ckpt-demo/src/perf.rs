@@ -173,8 +173,10 @@ impl TrainState {
         self.model.num_params() * 12
     }
 
-    /// Our async path: capture (handle clones) + submit. Returns the training-thread stall;
-    /// the persist keeps running in the background (collect it with [`Engine::wait_idle`]).
+    /// Our async path: capture (handle clones) + submit, as the library's own save path
+    /// ([`FrozenState::submit`]) does without a memory budget: the optimizer record written
+    /// through a scratch file. Returns the training-thread stall; the persist keeps running
+    /// in the background (collect it with [`Engine::wait_idle`]).
     pub fn save_async(&self, engine: &mut Engine) -> Result<Duration> {
         Ok(self.save_async_parts(engine)?.total())
     }
@@ -184,7 +186,7 @@ impl TrainState {
         let t0 = Instant::now();
         let frozen = FrozenState::capture(&self.model, &self.optim, &self.sched, self.trainer());
         let t1 = Instant::now();
-        let snapshot = frozen.into_snapshot();
+        let snapshot = frozen.with_scratch_dir(engine.root()).into_snapshot();
         let t2 = Instant::now();
         engine.submit(snapshot)?;
         let t3 = Instant::now();
@@ -195,16 +197,17 @@ impl TrainState {
         })
     }
 
-    /// A save within a memory budget of `budget` bytes, as the trainer takes it under
-    /// `--snapshot-budget-mb`: in the background when its peak fits
+    /// A save within a memory budget of `budget` bytes, through the library's own save path
+    /// ([`FrozenState::submit`], what the trainer, the learner strategy and
+    /// `CheckpointManager` call): in the background when its peak fits
     /// ([`ckpt_core::MemoryGate::route`]), else submitted and waited for until what it still
-    /// holds fits the budget. Returns the stall and the route taken.
+    /// holds fits the budget, as [`ckpt_core::CheckpointSession::save`] waits. Returns the
+    /// stall and the route taken.
     pub fn save_within(&self, engine: &mut Engine, budget: u64) -> Result<(Duration, SaveRoute)> {
         let t0 = Instant::now();
         let frozen = FrozenState::capture(&self.model, &self.optim, &self.sched, self.trainer());
         let mut gate = ckpt_core::MemoryGate::new(Some(budget));
-        let route = gate.route(frozen.memory(None), self.trainer().step);
-        engine.submit(frozen.into_snapshot_waited(gate.wait_limit(), None))?;
+        let route = frozen.submit(engine, &mut gate, |s| s)?.route;
         match route {
             SaveRoute::Blocking => drop(engine.wait_idle()?),
             SaveRoute::Throttled => {
