@@ -401,8 +401,8 @@ fn an_older_memory_step_is_never_chosen_over_the_disks() {
 /// of its due saves, says how many it skipped for the budget and reports the cost it
 /// measured within the budget's reach; the same run with the budget off takes every one.
 /// The run is longer than the warm-up's limit (ten times its 5 steps): before it, the
-/// measuring save is taken only at a step where every rank's step times have settled, which
-/// a run of microsecond steps on a busy machine may never see (24 steps failed 1 run in 3).
+/// measuring save is taken only at a step where rank 0's step times have settled, which a run
+/// of microsecond steps on a busy machine may never see.
 #[test]
 fn the_overhead_budget_throttles_costly_saves() {
     let tmp = tempfile::tempdir().unwrap();
@@ -431,13 +431,16 @@ fn the_overhead_budget_throttles_costly_saves() {
         "5 % budget: took {} of {steps} costly saves: {on}",
         saved(&on)
     );
-    // Every due save is accounted for: taken, over the budget, or skipped while the ranks
-    // disagreed (one settled or within its budget, another not).
+    // Every due save is accounted for: taken or over the budget. None is skipped: each save
+    // is waited for (the failpoint), so no rank is busy at the next, and another rank's own
+    // account does not veto rank 0's decision (it did, and a rank whose steps had not
+    // settled kept the measuring save from ever being taken).
     let (throttled, skipped) = (
         on["throttled"].as_u64().unwrap(),
         on["skipped"].as_u64().unwrap(),
     );
-    assert_eq!(saved(&on) + throttled + skipped, steps, "{on}");
+    assert_eq!(skipped, 0, "{on}");
+    assert_eq!(saved(&on) + throttled, steps, "{on}");
     // After the measuring save (by step 51 at the latest) every due save is over the budget.
     assert!(throttled >= 5, "{on}");
     // The save taken after the warm-up measured the cost, its 100 ms stall included.

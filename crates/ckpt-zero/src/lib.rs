@@ -42,6 +42,6 @@ pub use error::{Error, Result};
 pub use manager::{RankConfig, RankManager, RankReport, ShardSave, ShardedRoot};
 pub use memory_tier::{MemoryTier, MemoryTierReport, SavePhases};
 pub use partition::{ParamInfo, Partition, float_params};
-pub use ranks::{agree_on_boundary, join_ranks};
+pub use ranks::{MemorySaveVerdict, agree_on_boundary, agree_on_memory_save, join_ranks};
 pub use restore::{RankRestore, RestoreSource};
 pub use zero::Zero1;

@@ -26,7 +26,10 @@ use crate::checkpoint::Job;
 use crate::collective::Collective;
 use crate::memory_tier::{MemoryTier, MemoryTierReport, TierSaver};
 use crate::restore::RankRestore;
-use crate::{Error, Result, ShardFormat, ShardJob, ShardedSaver, agree_on_boundary, run_id};
+use crate::{
+    Error, MemorySaveVerdict, Result, ShardFormat, ShardJob, ShardedSaver, agree_on_boundary,
+    agree_on_memory_save, run_id,
+};
 
 pub use ckpt_burn::UploadRecord;
 
@@ -449,10 +452,11 @@ impl<M: Module + 'static> RankManager<M> {
                 let now = m.started.elapsed();
                 let within = m.cost.should_save(step, now, busy);
                 let saver = m.saver()?;
-                // Every rank skips when any rank's previous memory save still runs or any
-                // rank's account is over the budget: the tier never makes training wait, and
-                // the ranks stay in step.
-                if group.all_agree(!busy && within)? {
+                // Every rank skips when any rank's previous memory save still runs (the tier
+                // never makes training wait) or rank 0's account is over the budget; the ranks
+                // stay in step.
+                let verdict = agree_on_memory_save(group, busy, within)?;
+                if verdict == MemorySaveVerdict::Save {
                     let t0 = Instant::now();
                     #[cfg(feature = "failpoints")]
                     fail::fail_point!(crate::memory_tier::FP_MEMORY_TIER_SUBMIT);
@@ -477,8 +481,7 @@ impl<M: Module + 'static> RankManager<M> {
                     // The stall is training time too (the persist time is not needed here).
                     m.cost.observe_save(stall, Duration::ZERO);
                     m.stalls.push(asked.elapsed().as_secs_f64() * 1e3);
-                } else if busy || within {
-                    // Busy here, or another rank busy or over its budget.
+                } else if verdict == MemorySaveVerdict::Busy {
                     saver.skipped(step);
                 } else {
                     saver.throttled(step);

@@ -113,7 +113,8 @@ impl MemoryTier {
     /// (default [`Self::DEFAULT_BUDGET`]). What each save costs is measured on every rank as
     /// the disk tier's overhead budget measures it (the submit's stall plus the excess over
     /// the baseline step time of the steps while the save runs and one after); a save that
-    /// is due is taken only when every rank's account stays within the budget, and after at
+    /// is due is taken only when rank 0's account stays within the budget (every rank follows
+    /// it, as disk saves follow rank 0's decision), and after at
     /// least one clean step, so the baseline stays measured. The first one waits for the
     /// warm-up's slow steps to settle (5 steps at least).
     pub fn budget(mut self, fraction: f64) -> Self {
@@ -261,11 +262,10 @@ pub struct MemoryTierReport {
     /// The steps of the memory saves published whole on every rank (every part and
     /// replica), in order.
     pub saved: Vec<u64>,
-    /// Memory saves every rank skipped because some rank's previous one was still running
-    /// (or, under a budget, another rank's account was over it).
+    /// Memory saves every rank skipped because some rank's previous one was still running.
     pub skipped: usize,
-    /// Memory saves skipped to keep this rank's account within the overhead budget, or for
-    /// a clean step that measures the baseline step time.
+    /// Memory saves every rank skipped to keep rank 0's account within the overhead budget,
+    /// or for a clean step that measures the baseline step time.
     pub throttled: usize,
     /// What the tier's saves cost this rank's training, measured (s): each submit's stall
     /// plus the excess over the baseline step time of the steps while a save ran and one
