@@ -17,7 +17,8 @@
 //! optimizer read on the staging helper with and without the wait before the update, Burn's)
 //! measure what a save still holds at the next update and in device memory one step later,
 //! and the stall and lost time beside Burn's (`--no-cubecl` skips them). Every run
-//! is a separate process: its peak RSS comes from `wait4`. *Lost time* is the run's wall time
+//! is a separate process: its peak memory is sampled while it runs (resident set + tmpfs
+//! growth, where the scratch files go). *Lost time* is the run's wall time
 //! to `done` (which includes waiting for the last save to be durable) minus the mean of the two
 //! baselines: every stall and every slowdown of the following steps, until each save is
 //! durable. The physical floor beside it: writing and `fsync`ing the state's bytes once.
@@ -44,10 +45,10 @@ mod stats;
 
 use stats::num;
 
-// `wait4`: a child's exit status and peak RSS.
+// `wait4`: a child's exit status, peak RSS and CPU time; its memory sampled while it runs.
 #[path = "bench_report/process.rs"]
 mod process;
-use process::wait4;
+use process::wait_sampled;
 
 // The learner route's section.
 #[path = "bench_report/learner.rs"]
@@ -234,7 +235,7 @@ fn gpu_shape_markdown(passes: &[[Run; 3]]) -> String {
          5 saves. *Extra CPU per save*: the process's CPU time (user + kernel, all threads, from \
          `wait4`) minus the baseline's, over the 5 saves: the work a save costs, whichever thread does \
          it.\n\n\
-         | pass | no checkpoints s | while training per save, ours / Burn s | ratio | final wait, ours / Burn s | in all per save, ours / Burn s | ratio | extra peak RSS, ours / Burn (x state) | extra CPU per save, ours / Burn s |\n\
+         | pass | no checkpoints s | while training per save, ours / Burn s | ratio | final wait, ours / Burn s | in all per save, ours / Burn s | ratio | extra peak memory, ours / Burn (x state) | extra CPU per save, ours / Burn s |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     let mut ratios = Vec::new();
@@ -248,7 +249,7 @@ fn gpu_shape_markdown(passes: &[[Run; 3]]) -> String {
             burn.lost_per_save(off.wall_s),
         );
         let state = ours.state_bytes().unwrap_or(0) as f64;
-        let x = |r: &Run| (r.peak_rss as f64 - off.peak_rss as f64) / state;
+        let x = |r: &Run| (r.peak_mem as f64 - off.peak_mem as f64) / state;
         let cpu = |r: &Run| (r.cpu_s - off.cpu_s) / r.saves().len().max(1) as f64;
         let ratio = wo / wb;
         ratios.push(ratio);
@@ -293,6 +294,10 @@ fn fraction(r: f64) -> String {
 struct Run {
     mode: String,
     wall_s: f64,
+    /// Peak resident set + tmpfs growth (the scratch files in `/dev/shm`), sampled
+    /// ([`process::Exit::peak_mem`]); what the extra-memory columns use.
+    peak_mem: u64,
+    /// Peak resident set, the kernel's (`wait4`).
     peak_rss: u64,
     /// CPU seconds of the whole process (user + kernel, all threads), from `wait4`.
     cpu_s: f64,
@@ -349,11 +354,11 @@ impl Run {
     }
     /// The run in `report.json`.
     fn to_json(&self) -> Value {
-        json!({"mode": self.mode, "wall_s": self.wall_s, "peak_rss": self.peak_rss, "cpu_s": self.cpu_s, "report": self.report})
+        json!({"mode": self.mode, "wall_s": self.wall_s, "peak_mem": self.peak_mem, "peak_rss": self.peak_rss, "cpu_s": self.cpu_s, "report": self.report})
     }
 }
 
-/// Runs the trainer once; its peak RSS from `wait4`.
+/// Runs the trainer once; its peak memory sampled while it runs, its CPU time from `wait4`.
 fn run_trainer(
     train: &Path,
     dir: &Path,
@@ -400,7 +405,7 @@ fn run_trainer_env(
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {}", train.display()))?;
-    let exit = wait4(child.id())?;
+    let exit = wait_sampled(child.id())?;
     let status = exit.code;
     let elapsed = t0.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&root);
@@ -423,6 +428,7 @@ fn run_trainer_env(
     Ok(Run {
         mode: mode.to_string(),
         wall_s,
+        peak_mem: exit.peak_mem,
         peak_rss: exit.peak_rss,
         cpu_s: exit.cpu_s,
         report,
@@ -468,7 +474,7 @@ impl SizeResult {
         (self.base[0].wall_s + self.base[1].wall_s) / 2.0
     }
     fn base_rss(&self) -> f64 {
-        (self.base[0].peak_rss + self.base[1].peak_rss) as f64 / 2.0
+        (self.base[0].peak_mem + self.base[1].peak_mem) as f64 / 2.0
     }
     fn lost_per_save(&self, r: &Run) -> f64 {
         r.lost_per_save(self.base_wall())
@@ -477,7 +483,7 @@ impl SizeResult {
         r.lost_while_training(self.base_wall())
     }
     fn extra_rss(&self, r: &Run) -> f64 {
-        r.peak_rss as f64 - self.base_rss()
+        r.peak_mem as f64 - self.base_rss()
     }
     /// The least `ours / Burn` lost-time ratio any save that is durable when the run ends can
     /// reach in this run shape: the last save's bytes written and fsynced once at the disk
@@ -587,10 +593,10 @@ fn main() -> Result<()> {
             let r = run_trainer(&train, &dir, shape, mode, extra)?;
             bar.inc(1);
             let line = format!(
-                "{} {mode}: {:.1} s, peak RSS {}, stall median {} ms ({}/{total} runs)",
+                "{} {mode}: {:.1} s, peak memory {}, stall median {} ms ({}/{total} runs)",
                 shape.label,
                 r.wall_s,
-                mb(r.peak_rss as f64),
+                mb(r.peak_mem as f64),
                 num(r.stall_median()),
                 bar.position()
             );
@@ -739,7 +745,7 @@ fn main() -> Result<()> {
             for (mode, r) in runs {
                 c[*mode] = match r {
                     Ok(r) => {
-                        json!({"wall_s": r.wall_s, "peak_rss": r.peak_rss, "report": r.report})
+                        json!({"wall_s": r.wall_s, "peak_mem": r.peak_mem, "peak_rss": r.peak_rss, "report": r.report})
                     }
                     Err(e) => json!({"error": e}),
                 };
@@ -865,7 +871,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
         ),
     );
     w(&mut o, "Every row comes from the same configuration: `target/release/examples/train` with its **default flags** (`--save-mode async`, `--snapshot-budget-mb auto`, default retention and persist slots) except the model size, the run length and `--save-every`. *Burn* is the same command with `--save-mode burn` (Burn's `AsyncCheckpointer<FileCheckpointer>`, what the learner uses). Each size runs no checkpoints, ours, Burn's, no checkpoints again, one after another, after an unrecorded two-step warm-up run of the same shape (the first run to touch a size's memory is slow on this VM); the two baselines show the machine's drift. The machine is a shared 2-core VM: treat single runs as noisy and read ratios.\n".into());
-    w(&mut o, "- *stall*: the training thread's time in the save call, median [min-max] over the run's saves.\n- *lost per save*: (wall time to `done`, which waits for the last save to be durable) minus the mean of the two baselines, divided by the saves: stalls plus every slowdown of the following steps until each save is durable, the last save's whole persist included.\n- *extra RSS*: peak RSS of the run (`wait4`) minus the mean of the baselines' peaks.\n- *disk floor*: writing the state's bytes once in 8 MiB writes and `fsync`ing them (no save can be durable sooner).\n".into());
+    w(&mut o, "- *stall*: the training thread's time in the save call, median [min-max] over the run's saves.\n- *lost per save*: (wall time to `done`, which waits for the last save to be durable) minus the mean of the two baselines, divided by the saves: stalls plus every slowdown of the following steps until each save is durable, the last save's whole persist included.\n- *extra memory*: peak memory (the run's resident set plus what tmpfs gained while it ran, sampled every 5 ms, at least the kernel's peak RSS from `wait4`: a save's scratch files go to `/dev/shm`, memory no process's RSS shows) minus the mean of the baselines' peaks.\n- *disk floor*: writing the state's bytes once in 8 MiB writes and `fsync`ing them (no save can be durable sooner).\n".into());
 
     // Targets.
     w(&mut o, "## Issue-12 targets\n".into());
@@ -910,7 +916,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
         &mut o,
         results,
         &["1gb", "4gb"],
-        "extra peak RSS ≤ 1.0x the state + 64 MiB at 1gb, 4gb",
+        "extra peak memory (RSS + scratch in tmpfs) ≤ 1.0x the state + 64 MiB at 1gb, 4gb",
         "",
         |s| format!("{:.2}x the state", s.extra_rss(&s.ours) / s.state as f64),
         |s| s.extra_rss(&s.ours) <= s.state as f64 + 64.0 * (1 << 20) as f64,
@@ -955,7 +961,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
     w(&mut o, "".into());
 
     w(&mut o, "## Per size\n".into());
-    w(&mut o, "| state | shape | saves | stall ours ms | stall Burn ms | lost/save ours ms | lost/save Burn ms | ours / Burn lost | extra RSS ours | extra RSS Burn | disk floor s | baselines s |\n|---|---|---|---|---|---|---|---|---|---|---|---|".into());
+    w(&mut o, "| state | shape | saves | stall ours ms | stall Burn ms | lost/save ours ms | lost/save Burn ms | ours / Burn lost | extra memory ours | extra memory Burn | disk floor s | baselines s |\n|---|---|---|---|---|---|---|---|---|---|---|---|".into());
     for s in results {
         w(
             &mut o,
@@ -1046,7 +1052,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
                 s.label
             ),
         );
-        w(&mut o, "| setting | no checkpoints s | ours: lost/save ms | Burn: lost/save ms | ours / Burn lost | ours: extra RSS | Burn: extra RSS |\n|---|---|---|---|---|---|---|".into());
+        w(&mut o, "| setting | no checkpoints s | ours: lost/save ms | Burn: lost/save ms | ours / Burn lost | ours: extra memory | Burn: extra memory |\n|---|---|---|---|---|---|---|".into());
         let row = |name: &str, base_wall: f64, base_rss: f64, ours: &Run, burn: &Run| {
             let lo = ours.lost_per_save(base_wall);
             let lb = burn.lost_per_save(base_wall);
@@ -1056,8 +1062,8 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
                 num(lo * 1e3),
                 num(lb * 1e3),
                 lo / lb,
-                (ours.peak_rss as f64 - base_rss) / s.state as f64,
-                (burn.peak_rss as f64 - base_rss) / s.state as f64,
+                (ours.peak_mem as f64 - base_rss) / s.state as f64,
+                (burn.peak_mem as f64 - base_rss) / s.state as f64,
             )
         };
         w(
@@ -1075,7 +1081,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
             row(
                 "`--huge-pages off`",
                 none.wall_s,
-                none.peak_rss as f64,
+                none.peak_mem as f64,
                 ours,
                 burn,
             ),
@@ -1096,7 +1102,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
     if results.iter().any(|s| !s.budgets.is_empty()) {
         w(&mut o, "## Smaller snapshot budgets\n".into());
         w(&mut o, "The same command with `--snapshot-budget-mb` set to a fraction of the state (rounded to MiB). A save is over the budget when what it holds plus the copy of the optimizer record that Burn's encoding makes for a moment would not fit (at 1x the state a save is therefore throttled too). Such a save is *throttled*: it persists in the background and training waits after the submit only until what the save still holds leaves room for that copy within the budget, or holds only the optimizer record where that is more (Burn materializes the record whole, and copies it once more, whatever the route, so no budget below about twice the record can be kept; the trainer warns).\n".into());
-        w(&mut o, "| state | budget | throttled saves | stall ms | lost/save s | vs Burn's stall | vs Burn's lost | extra RSS |\n|---|---|---|---|---|---|---|---|".into());
+        w(&mut o, "| state | budget | throttled saves | stall ms | lost/save s | vs Burn's stall | vs Burn's lost | extra memory |\n|---|---|---|---|---|---|---|---|".into());
         for s in results {
             for (f, r) in &s.budgets {
                 w(
@@ -1181,7 +1187,7 @@ fn cubecl_markdown(shape: &Shape, runs: &[(&str, std::result::Result<Run, String
         shape.save_every,
         mb(state),
     ));
-    o.push_str("| run | stall ms, median [range] | lost per save ms | extra peak RSS |\n|---|---|---|---|\n");
+    o.push_str("| run | stall ms, median [range] | lost per save ms | extra peak memory |\n|---|---|---|---|\n");
     o.push_str(&format!(
         "| no checkpoints | - | - | (wall {:.1} s) |\n",
         base.wall_s
@@ -1193,7 +1199,7 @@ fn cubecl_markdown(shape: &Shape, runs: &[(&str, std::result::Result<Run, String
                     "| {mode} | {} | {} | {} |\n",
                     stats::med_range(&r.stalls_ms()),
                     num(1e3 * r.lost_per_save(base.wall_s)),
-                    mb(r.peak_rss as f64 - base.peak_rss as f64),
+                    mb(r.peak_mem as f64 - base.peak_mem as f64),
                 ));
             }
             Err(e) => o.push_str(&format!(

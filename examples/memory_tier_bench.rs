@@ -51,7 +51,7 @@ use serde_json::{Value, json};
 // `wait4`: a child's exit status, peak RSS and CPU time.
 #[path = "bench_report/process.rs"]
 mod process;
-use process::wait4;
+use process::wait_sampled;
 
 /// Flags.
 #[derive(Parser, Debug)]
@@ -97,6 +97,9 @@ fn shape(label: &str) -> Result<(u32, u32)> {
 struct Run {
     wall_s: f64,
     peak_rss: u64,
+    /// Peak resident set + tmpfs growth (the memory tier's own frames and the disk tier's
+    /// scratch files among it): [`process::Exit::peak_mem`].
+    peak_mem: u64,
     /// CPU seconds, user and kernel, all threads.
     cpu_s: f64,
     report: Value,
@@ -199,7 +202,7 @@ fn run_bin(
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
     let t0 = Instant::now();
-    let exit = wait4(child.id())?;
+    let exit = wait_sampled(child.id())?;
     let (status, peak_rss) = (exit.code, exit.peak_rss);
     let elapsed = t0.elapsed().as_secs_f64();
     if status != 0 {
@@ -209,6 +212,7 @@ fn run_bin(
     Ok(Run {
         wall_s: report["wall_s"].as_f64().unwrap_or(elapsed),
         peak_rss,
+        peak_mem: exit.peak_mem,
         cpu_s: exit.cpu_s,
         report,
     })
@@ -377,6 +381,7 @@ fn main() -> Result<()> {
                 "median_memory_save_ms": median(r.report["memory_tier"]["save_ms"].as_array()
                     .map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()),
                 "peak_rss": r.peak_rss,
+                "peak_mem": r.peak_mem,
                 "cpu_s": r.cpu_s,
                 "tier_peak_bytes_rank0": r.report["memory_tier"]["peak_bytes"],
             }));

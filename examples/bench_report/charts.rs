@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// What drawing a plot returns.
-pub type PlotResult = std::result::Result<(), Box<dyn std::error::Error>>;
+pub(crate) type PlotResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
 const W: (u32, u32) = (960, 560);
 const COLORS: [RGBColor; 6] = [
@@ -26,7 +26,7 @@ const COLORS: [RGBColor; 6] = [
 const REF_COLORS: [RGBColor; 2] = [RGBColor(0, 0, 0), RGBColor(140, 86, 75)];
 
 /// Registers the font as plotters' `sans-serif`; `false` (with a warning) if it cannot.
-pub fn load_font(path: &Path) -> bool {
+pub(crate) fn load_font(path: &Path) -> bool {
     match std::fs::read(path) {
         Ok(bytes) => {
             let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
@@ -40,7 +40,7 @@ pub fn load_font(path: &Path) -> bool {
 type Series = (&'static str, fn(&StallRow) -> &Vec<f64>);
 
 /// Stall per save against the state size, log-log, one line per mode.
-pub fn stall(path: &Path, rows: &[StallRow]) -> PlotResult {
+pub(crate) fn stall(path: &Path, rows: &[StallRow]) -> PlotResult {
     let root = BitMapBackend::new(path, W).into_drawing_area();
     root.fill(&WHITE)?;
     let series: [Series; 5] = [
@@ -102,7 +102,7 @@ pub fn stall(path: &Path, rows: &[StallRow]) -> PlotResult {
 }
 
 /// Vertical bars with labels under them and optional dashed reference lines.
-pub fn bars(
+pub(crate) fn bars(
     path: &Path,
     title: &str,
     y_desc: &str,

@@ -1,7 +1,7 @@
 //! The report's learner and custom-loop sections: the routes users adopt. `learner_bench` (a
 //! plain Burn program) with the README's lines, against the same program with Burn's own
 //! checkpointer saving at the same steps and without checkpoints, interleaved, each run a
-//! separate process (peak RSS from `wait4`): through `SupervisedTraining` ([`Route::Learner`])
+//! separate process (peak memory sampled while it runs, CPU time from `wait4`): through `SupervisedTraining` ([`Route::Learner`])
 //! or through a training loop of the program's own ([`Route::CustomLoop`]).
 
 use std::fs::File;
@@ -94,6 +94,10 @@ pub(crate) struct LearnerRun {
     /// `off`, `ours` or `burn` (the route's own `--mode` is in the report).
     mode: String,
     wall_s: f64,
+    /// Peak resident set + tmpfs growth (the scratch files in `/dev/shm`), sampled
+    /// ([`process::Exit::peak_mem`]); what the extra-memory columns use.
+    peak_mem: u64,
+    /// Peak resident set, the kernel's (`wait4`).
     peak_rss: u64,
     /// CPU seconds of the whole process (user + kernel, all threads), from `wait4`.
     cpu_s: f64,
@@ -160,7 +164,7 @@ fn run(
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
-    let exit = super::wait4(child.id())?;
+    let exit = super::wait_sampled(child.id())?;
     let status = exit.code;
     let _ = std::fs::remove_dir_all(&root);
     if status != 0 {
@@ -176,6 +180,7 @@ fn run(
     Ok(LearnerRun {
         mode: mode.to_string(),
         wall_s: report["wall_s"].as_f64().unwrap_or(f64::NAN),
+        peak_mem: exit.peak_mem,
         peak_rss: exit.peak_rss,
         cpu_s: exit.cpu_s,
         report,
@@ -225,7 +230,7 @@ struct Figures {
     stall: f64,
     /// Per pass: (wall - mean baseline wall) / saves, in seconds.
     lost: Vec<f64>,
-    /// Per pass: peak RSS minus the mean of the baselines', in bytes.
+    /// Per pass: peak memory (RSS + tmpfs growth) minus the mean of the baselines', in bytes.
     extra_rss: Vec<f64>,
     /// Per pass: (CPU seconds - mean baseline CPU seconds) / saves.
     cpu: Vec<f64>,
@@ -234,7 +239,7 @@ struct Figures {
 fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
     let base: Vec<&LearnerRun> = runs.iter().filter(|r| r.mode == "off").collect();
     let base_wall = base.iter().map(|r| r.wall_s).sum::<f64>() / base.len().max(1) as f64;
-    let base_rss = base.iter().map(|r| r.peak_rss as f64).sum::<f64>() / base.len().max(1) as f64;
+    let base_rss = base.iter().map(|r| r.peak_mem as f64).sum::<f64>() / base.len().max(1) as f64;
     let base_cpu = base.iter().map(|r| r.cpu_s).sum::<f64>() / base.len().max(1) as f64;
     let mut cpu = Vec::new();
     let mut stalls = Vec::new();
@@ -256,7 +261,7 @@ fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
             }
         }
         lost.push((r.wall_s - base_wall) / saved.len().max(1) as f64);
-        extra_rss.push(r.peak_rss as f64 - base_rss);
+        extra_rss.push(r.peak_mem as f64 - base_rss);
         cpu.push((r.cpu_s - base_cpu) / saved.len().max(1) as f64);
     }
     Figures {
@@ -312,12 +317,12 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
          save*: the gap between the start of the saved step and the next one, minus the median \
          gap of the runs without checkpoints at that step, median over \
          saves that training followed. *Lost per save*: wall time (the last save durable) minus \
-         the mean of the runs without checkpoints, over the saves. *Extra peak RSS*: peak RSS \
+         the mean of the runs without checkpoints, over the saves. *Extra peak memory*: peak memory (the run's resident set plus what tmpfs gained while it ran, sampled every 5 ms, at least the kernel's peak RSS from `wait4`; a save's scratch files go to `/dev/shm`, memory no process's RSS shows) \
          minus the mean of the runs without checkpoints, against the state (weights + AdamW's \
          moments). *Extra CPU per save*: the process's CPU time (user + kernel, all threads, \
          from `wait4`) minus the mean of the runs without checkpoints, over the saves: the work \
          a save costs, whichever thread does it.\n\n\
-         | size | state | stall per save, ours / Burn | ratio | lost per save, ours / Burn | ratio (median) | extra peak RSS, ours / Burn (x state) | extra CPU per save, ours / Burn |\n\
+         | size | state | stall per save, ours / Burn | ratio | lost per save, ours / Burn | ratio (median) | extra peak memory, ours / Burn (x state) | extra CPU per save, ours / Burn |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
     for (shape, runs) in sizes {
@@ -360,7 +365,7 @@ pub(crate) fn to_json(sizes: &[(&LearnerShape, Vec<LearnerRun>)]) -> Value {
                 json!({
                     "size": shape.label,
                     "runs": runs.iter().map(|r| json!({
-                        "mode": r.mode, "wall_s": r.wall_s, "peak_rss": r.peak_rss, "cpu_s": r.cpu_s, "report": r.report,
+                        "mode": r.mode, "wall_s": r.wall_s, "peak_mem": r.peak_mem, "peak_rss": r.peak_rss, "cpu_s": r.cpu_s, "report": r.report,
                     })).collect::<Vec<_>>(),
                 })
             })

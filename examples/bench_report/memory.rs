@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 use burn_ckpt::ckpt_core::SaveRoute;
-use ckpt_demo::perf::{TrainState, proc_status_bytes, reset_peak_rss};
+use ckpt_demo::perf::{MemorySampler, TrainState, proc_status_bytes, reset_peak_rss};
 
 use crate::{
     progress::Progress,
@@ -39,13 +39,18 @@ impl MemRow {
     }
 }
 
-/// Peak resident-set growth while `f` runs, in bytes.
+/// Peak memory growth while `f` runs, in bytes: the resident set's high-water mark, or where
+/// more, the resident set plus what tmpfs gained (a save's scratch files in `/dev/shm`, which
+/// no RSS shows), sampled every 5 ms ([`MemorySampler`]).
 pub(crate) fn peak_growth(reset_ok: &mut bool, f: impl FnOnce() -> Result<()>) -> Result<u64> {
     *reset_ok &= reset_peak_rss();
     let base = proc_status_bytes("VmRSS").unwrap_or(0);
-    f()?;
+    let sampler = MemorySampler::start(std::process::id());
+    let ran = f();
+    let sampled = sampler.stop();
+    ran?;
     let hwm = proc_status_bytes("VmHWM").unwrap_or(0);
-    Ok(hwm.saturating_sub(base))
+    Ok(hwm.max(sampled).saturating_sub(base))
 }
 
 /// Measures the memory of each route on `st` (`budget`: the trainer's default memory budget).
@@ -92,7 +97,7 @@ pub(crate) fn measure(
     })?;
     p.done_unit();
     p.line(format!(
-        "memory {l}: extra peak RSS async {:.0} MB, within budget {:.0} MB ({:?}), sync {:.0} MB, burn {:.0} MB",
+        "memory {l}: extra peak memory async {:.0} MB, within budget {:.0} MB ({:?}), sync {:.0} MB, burn {:.0} MB",
         mb(mem.extra(mem.async_peak) as f64),
         mb(mem.extra(mem.budget_peak) as f64),
         mem.budget_route,
@@ -108,8 +113,10 @@ pub(crate) fn write_section(w: &mut String, i: &Inputs) {
     let reset = i.stall.iter().all(|r| r.mem.hwm_reset);
     let _ = writeln!(
         w,
-        "Process resident-set high-water mark (`VmHWM`, /proc/self/status), {}, growth over the \
-         resident set before: save + the next training step + waiting for the persist, minus \
+        "Peak memory: the process's resident-set high-water mark (`VmHWM`, /proc/self/status), \
+         {}, or where more, the resident set plus what tmpfs gained (`Shmem` of /proc/meminfo: a \
+         save's scratch files go to `/dev/shm`, memory no RSS shows), sampled every 5 ms; growth \
+         over the resident set before: save + the next training step + waiting for the persist, minus \
          the growth of a plain training step (its gradients and activations). Budget: \
          {:.0} MB (1024 MiB, the trainer's default `--snapshot-budget-mb` before it became \
          `auto`). One \

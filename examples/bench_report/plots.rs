@@ -21,7 +21,7 @@ type Bar = (String, f64, usize);
 
 /// Draws the PNGs into `out`; returns (file name, title) of each one written.
 #[cfg(feature = "plots")]
-pub fn draw_plots(i: &Inputs, out: &Path, p: &Progress) -> Vec<(String, String)> {
+pub(crate) fn draw_plots(i: &Inputs, out: &Path, p: &Progress) -> Vec<(String, String)> {
     if !charts::load_font(&i.args.font) {
         p.line(format!(
             "warning: cannot load the font {}; tables written, plots skipped",

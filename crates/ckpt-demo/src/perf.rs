@@ -440,6 +440,71 @@ pub fn proc_status_bytes(field: &str) -> Option<u64> {
     })
 }
 
+/// A memory field (`VmRSS`, ...) of `/proc/<pid>/status` in bytes; `None` where the process
+/// is gone or the field is missing.
+fn pid_status_bytes(pid: u32, field: &str) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| {
+        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib * 1024)
+    })
+}
+
+/// The machine's tmpfs and shared memory in use (`Shmem` of `/proc/meminfo`), in bytes.
+fn shmem_bytes() -> Option<u64> {
+    let s = fs::read_to_string("/proc/meminfo").ok()?;
+    s.lines().find_map(|l| {
+        let rest = l.strip_prefix("Shmem:")?;
+        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib * 1024)
+    })
+}
+
+/// Samples a process's memory as the machine pays for it: its resident set plus what tmpfs
+/// gained since the sampler started (`Shmem`, where a save's scratch files go when
+/// `/dev/shm` has room: memory that no process's RSS shows). Every 5 ms on its own thread,
+/// until [`Self::stop`], which returns the peak of the sum. Other processes' tmpfs use
+/// counts too, so measure on a quiet machine.
+#[derive(Debug)]
+pub struct MemorySampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl MemorySampler {
+    /// Starts sampling process `pid` (this process: [`std::process::id`]).
+    pub fn start(pid: u32) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let shm0 = shmem_bytes().unwrap_or(0);
+        let thread = std::thread::Builder::new()
+            .name("mem-sampler".into())
+            .spawn(move || {
+                let mut peak = 0;
+                loop {
+                    if let Some(rss) = pid_status_bytes(pid, "VmRSS") {
+                        let shm = shmem_bytes().unwrap_or(shm0).saturating_sub(shm0);
+                        peak = u64::max(peak, rss + shm);
+                    }
+                    if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                        return peak;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+            .ok();
+        Self { stop, thread }
+    }
+
+    /// Stops sampling: the peak of resident set + tmpfs growth seen, in bytes (0 where
+    /// nothing could be read, or the sampler thread could not start).
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
 /// Resets the process's resident-set high-water mark (`VmHWM`) to the current resident set
 /// (writes `5` to `/proc/self/clear_refs`, Linux 4.0+). `false` if that is not possible; then
 /// `VmHWM` stays the peak since the process started.
