@@ -5,6 +5,7 @@
 
 mod export;
 mod inspect;
+mod nested;
 mod remote;
 mod rewound;
 
@@ -220,6 +221,11 @@ fn ls(root: &Path, json: bool) -> Result<()> {
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
         // Stdout stays one JSON document.
+        if list.is_empty()
+            && let Some(note) = nested::note(&nested::roots_below(root))
+        {
+            eprintln!("note: no checkpoints in {}; {note}", root.display());
+        }
         if let Some(note) = rewound::note(&aside) {
             eprintln!("{note}");
         }
@@ -227,6 +233,9 @@ fn ls(root: &Path, json: bool) -> Result<()> {
     }
     if list.is_empty() {
         println!("no checkpoints in {}", root.display());
+        if let Some(note) = nested::note(&nested::roots_below(root)) {
+            println!("note: {note}");
+        }
         if let Some(note) = rewound::note(&aside) {
             println!("{note}");
         }
@@ -295,6 +304,16 @@ fn verify(path: &Path) -> Result<()> {
         return Ok(());
     }
     let list = list_checkpoints(path, true)?;
+    if list.is_empty() {
+        // Verifying nothing is not a success: the path is most likely not the root meant.
+        let below = nested::note(&nested::roots_below(path))
+            .map(|n| format!("; {n}"))
+            .unwrap_or_default();
+        bail!(
+            "no checkpoints in {}: nothing to verify{below}",
+            path.display()
+        );
+    }
     let mut failures = 0;
     for c in &list {
         match &c.status {

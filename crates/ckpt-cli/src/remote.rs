@@ -88,6 +88,9 @@ pub(crate) fn verify(url: &str) -> Result<()> {
         return Ok(());
     }
     let list = remote.list()?;
+    if list.is_empty() {
+        bail!("no checkpoints in {prefix}: nothing to verify");
+    }
     let mut failures = 0;
     for c in &list {
         let shown = format!(

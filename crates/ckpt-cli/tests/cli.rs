@@ -232,3 +232,57 @@ fn ls_shows_what_rewinds_moved_aside_and_gc_removes_it_only_when_asked() {
     let (code, _, _) = ckpt(&["verify", r]);
     assert_eq!(code, 0);
 }
+
+/// Pointed at a directory with no checkpoints of its own, `ls` says so and names the roots
+/// below it (a run's directory one level too high; a memory tier's node directory, whose parts
+/// are roots two levels down), and `verify` fails rather than verify nothing.
+#[test]
+fn a_directory_above_the_roots_names_them_and_verifies_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("runs/x");
+    make_root(&run.join("ckpt"), &[10, 20]);
+    let node = dir.path().join("node-0");
+    make_root(&node.join("run-ab12/rank-0-of-2"), &[5]);
+    make_root(&node.join("run-ab12/replica-1-of-2"), &[5]);
+    fs::create_dir_all(dir.path().join("empty")).unwrap();
+
+    let (code, out, _) = ckpt(&["ls", run.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no checkpoints in"), "{out}");
+    assert!(out.contains("runs/x/ckpt (2)"), "{out}");
+    let (code, out, _) = ckpt(&["ls", node.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("run-ab12/rank-0-of-2 (1)") && out.contains("run-ab12/replica-1-of-2 (1)"),
+        "{out}"
+    );
+    // With --json stdout stays one (empty) JSON document; the note goes to stderr.
+    let (code, out, err) = ckpt(&["ls", node.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap(),
+        serde_json::json!([])
+    );
+    assert!(err.contains("rank-0-of-2 (1)"), "{err}");
+
+    let (code, out, err) = ckpt(&["verify", run.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("nothing to verify") && err.contains("runs/x/ckpt (2)"),
+        "{err}"
+    );
+    let (code, _, err) = ckpt(&["verify", dir.path().join("empty").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no checkpoints in") && err.contains("nothing to verify"),
+        "{err}"
+    );
+    assert!(!err.contains("below"), "{err}");
+    // The root itself still verifies.
+    let (code, out, _) = ckpt(&["verify", run.join("ckpt").to_str().unwrap()]);
+    assert_eq!(
+        (code, out.contains("2 checkpoint(s) verified")),
+        (0, true),
+        "{out}"
+    );
+}
