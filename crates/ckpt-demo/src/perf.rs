@@ -432,30 +432,25 @@ pub fn restore_time(dir: &Path, size: StateSize) -> Result<Duration> {
 /// A `/proc/self/status` memory field (`VmRSS`, `VmHWM`, ...) in bytes; `None` where the
 /// file or the field is missing (not Linux).
 pub fn proc_status_bytes(field: &str) -> Option<u64> {
-    let s = fs::read_to_string("/proc/self/status").ok()?;
-    s.lines().find_map(|l| {
-        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
-        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-        Some(kib * 1024)
-    })
+    kib_field("/proc/self/status", field)
 }
 
 /// A memory field (`VmRSS`, ...) of `/proc/<pid>/status` in bytes; `None` where the process
 /// is gone or the field is missing.
 fn pid_status_bytes(pid: u32, field: &str) -> Option<u64> {
-    let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| {
-        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
-        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-        Some(kib * 1024)
-    })
+    kib_field(&format!("/proc/{pid}/status"), field)
 }
 
 /// The machine's tmpfs and shared memory in use (`Shmem` of `/proc/meminfo`), in bytes.
 fn shmem_bytes() -> Option<u64> {
-    let s = fs::read_to_string("/proc/meminfo").ok()?;
+    kib_field("/proc/meminfo", "Shmem")
+}
+
+/// The `field: N kB` line of a `/proc` file, in bytes.
+fn kib_field(path: &str, field: &str) -> Option<u64> {
+    let s = fs::read_to_string(path).ok()?;
     s.lines().find_map(|l| {
-        let rest = l.strip_prefix("Shmem:")?;
+        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
         let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
         Some(kib * 1024)
     })
@@ -510,4 +505,20 @@ impl MemorySampler {
 /// `VmHWM` stays the peak since the process started.
 pub fn reset_peak_rss() -> bool {
     fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sampler_sees_this_process_and_the_machines_tmpfs() {
+        assert!(proc_status_bytes("VmRSS").is_some_and(|b| b > 0));
+        assert!(pid_status_bytes(std::process::id(), "VmRSS").is_some_and(|b| b > 0));
+        // `ShmemHugePages:` must not be read as `Shmem:`.
+        assert!(shmem_bytes().is_some());
+        let sampler = MemorySampler::start(std::process::id());
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(sampler.stop() > 0);
+    }
 }
