@@ -473,7 +473,7 @@ impl SizeResult {
     fn base_wall(&self) -> f64 {
         (self.base[0].wall_s + self.base[1].wall_s) / 2.0
     }
-    fn base_rss(&self) -> f64 {
+    fn base_mem(&self) -> f64 {
         (self.base[0].peak_mem + self.base[1].peak_mem) as f64 / 2.0
     }
     fn lost_per_save(&self, r: &Run) -> f64 {
@@ -482,8 +482,8 @@ impl SizeResult {
     fn lost_while_training(&self, r: &Run) -> f64 {
         r.lost_while_training(self.base_wall())
     }
-    fn extra_rss(&self, r: &Run) -> f64 {
-        r.peak_mem as f64 - self.base_rss()
+    fn extra_mem(&self, r: &Run) -> f64 {
+        r.peak_mem as f64 - self.base_mem()
     }
     /// The least `ours / Burn` lost-time ratio any save that is durable when the run ends can
     /// reach in this run shape: the last save's bytes written and fsynced once at the disk
@@ -918,8 +918,8 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
         &["1gb", "4gb"],
         "extra peak memory (RSS + scratch in tmpfs) ≤ 1.0x the state + 64 MiB at 1gb, 4gb",
         "",
-        |s| format!("{:.2}x the state", s.extra_rss(&s.ours) / s.state as f64),
-        |s| s.extra_rss(&s.ours) <= s.state as f64 + 64.0 * (1 << 20) as f64,
+        |s| format!("{:.2}x the state", s.extra_mem(&s.ours) / s.state as f64),
+        |s| s.extra_mem(&s.ours) <= s.state as f64 + 64.0 * (1 << 20) as f64,
     );
     target_row(
         &mut o,
@@ -976,10 +976,10 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
                 num(s.lost_per_save(&s.ours) * 1e3),
                 num(s.lost_per_save(&s.burn) * 1e3),
                 s.lost_per_save(&s.ours) / s.lost_per_save(&s.burn),
-                mb(s.extra_rss(&s.ours)),
-                s.extra_rss(&s.ours) / s.state as f64,
-                mb(s.extra_rss(&s.burn)),
-                s.extra_rss(&s.burn) / s.state as f64,
+                mb(s.extra_mem(&s.ours)),
+                s.extra_mem(&s.ours) / s.state as f64,
+                mb(s.extra_mem(&s.burn)),
+                s.extra_mem(&s.burn) / s.state as f64,
                 s.floor_s,
                 s.base[0].wall_s,
                 s.base[1].wall_s
@@ -1053,7 +1053,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
             ),
         );
         w(&mut o, "| setting | no checkpoints s | ours: lost/save ms | Burn: lost/save ms | ours / Burn lost | ours: extra memory | Burn: extra memory |\n|---|---|---|---|---|---|---|".into());
-        let row = |name: &str, base_wall: f64, base_rss: f64, ours: &Run, burn: &Run| {
+        let row = |name: &str, base_wall: f64, base_mem: f64, ours: &Run, burn: &Run| {
             let lo = ours.lost_per_save(base_wall);
             let lb = burn.lost_per_save(base_wall);
             format!(
@@ -1062,8 +1062,8 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
                 num(lo * 1e3),
                 num(lb * 1e3),
                 lo / lb,
-                (ours.peak_mem as f64 - base_rss) / s.state as f64,
-                (burn.peak_mem as f64 - base_rss) / s.state as f64,
+                (ours.peak_mem as f64 - base_mem) / s.state as f64,
+                (burn.peak_mem as f64 - base_mem) / s.state as f64,
             )
         };
         w(
@@ -1071,7 +1071,7 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
             row(
                 "huge pages (default)",
                 s.base_wall(),
-                s.base_rss(),
+                s.base_mem(),
                 &s.ours,
                 &s.burn,
             ),
@@ -1119,8 +1119,8 @@ fn markdown(results: &[SizeResult], provenance: &Provenance) -> String {
                         s.lost_per_save(r),
                         r.stall_median() / s.burn.stall_median(),
                         s.lost_per_save(r) / s.lost_per_save(&s.burn),
-                        mb(s.extra_rss(r)),
-                        s.extra_rss(r) / s.state as f64
+                        mb(s.extra_mem(r)),
+                        s.extra_mem(r) / s.state as f64
                     ),
                 );
             }

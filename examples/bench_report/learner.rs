@@ -231,7 +231,7 @@ struct Figures {
     /// Per pass: (wall - mean baseline wall) / saves, in seconds.
     lost: Vec<f64>,
     /// Per pass: peak memory (RSS + tmpfs growth) minus the mean of the baselines', in bytes.
-    extra_rss: Vec<f64>,
+    extra_mem: Vec<f64>,
     /// Per pass: (CPU seconds - mean baseline CPU seconds) / saves.
     cpu: Vec<f64>,
 }
@@ -239,12 +239,12 @@ struct Figures {
 fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
     let base: Vec<&LearnerRun> = runs.iter().filter(|r| r.mode == "off").collect();
     let base_wall = base.iter().map(|r| r.wall_s).sum::<f64>() / base.len().max(1) as f64;
-    let base_rss = base.iter().map(|r| r.peak_mem as f64).sum::<f64>() / base.len().max(1) as f64;
+    let base_mem = base.iter().map(|r| r.peak_mem as f64).sum::<f64>() / base.len().max(1) as f64;
     let base_cpu = base.iter().map(|r| r.cpu_s).sum::<f64>() / base.len().max(1) as f64;
     let mut cpu = Vec::new();
     let mut stalls = Vec::new();
     let mut lost = Vec::new();
-    let mut extra_rss = Vec::new();
+    let mut extra_mem = Vec::new();
     for r in runs.iter().filter(|r| r.mode == mode) {
         let saved = r.saved();
         for &s in &saved {
@@ -261,13 +261,13 @@ fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
             }
         }
         lost.push((r.wall_s - base_wall) / saved.len().max(1) as f64);
-        extra_rss.push(r.peak_mem as f64 - base_rss);
+        extra_mem.push(r.peak_mem as f64 - base_mem);
         cpu.push((r.cpu_s - base_cpu) / saved.len().max(1) as f64);
     }
     Figures {
         stall: median(&mut stalls),
         lost,
-        extra_rss,
+        extra_mem,
         cpu,
     }
 }
@@ -346,8 +346,8 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
             range(&ours.lost, |v| format!("{v:.2}")),
             range(&burn.lost, |v| format!("{v:.2}")),
             ratio_lost,
-            range(&ours.extra_rss, x),
-            range(&burn.extra_rss, x),
+            range(&ours.extra_mem, x),
+            range(&burn.extra_mem, x),
             range(&ours.cpu, |v| format!("{v:.2}")),
             range(&burn.cpu, |v| format!("{v:.2}")),
         ));
