@@ -61,7 +61,7 @@ use ckpt_core::{Snapshot, session::SaveMemory};
 
 use crate::encode::{
     BoxError, MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, encode_model, encode_scheduler, record_err,
-    write_canonical_optimizer, write_module_record_through_file, write_record_through_file,
+    write_canonical_optimizer, write_record_through_file,
 };
 use crate::held::{SharedSlot, collect_model, read_model_eagerly, write_entries};
 use crate::pinned::Pin;
@@ -158,9 +158,6 @@ pub struct FrozenState<M> {
     /// The checkpoint root, where the writer puts a scratch file when RAM has no room for it
     /// ([`crate::scratch`]).
     scratch_dir: Option<PathBuf>,
-    /// Whether the optimizer source gives the model's record too (a learner's), which a
-    /// background save of host memory then writes the model part from.
-    model_from_source: bool,
 }
 
 impl<M> std::fmt::Debug for FrozenState<M> {
@@ -268,7 +265,6 @@ impl<M: Module + 'static> FrozenState<M> {
             optimizer_read: crate::OptimizerRead::default(),
             model_staging: ModelStaging::Hold,
             scratch_dir: None,
-            model_from_source: false,
         }
     }
 
@@ -314,10 +310,10 @@ impl<M: Module + 'static> FrozenState<M> {
             trainer,
             t0,
         );
-        // The clone holds the model's handles too, until its records are taken; Burn's call
-        // that takes them copies the model as well, which a save of host memory writes from.
+        // The clone holds the model's handles too, until its records are taken. Burn's call
+        // that takes them copies the model as well; that copy is dropped as it is handed over
+        // (the model part is written from the frozen model, as the trainer's is).
         state.source_extra = state.model_bytes();
-        state.model_from_source = true;
         state.capture_time = t0.elapsed();
         state
     }
@@ -398,7 +394,6 @@ impl<M: Module + 'static> FrozenState<M> {
             optimizer_read,
             model_staging,
             scratch_dir,
-            model_from_source,
             ..
         } = self;
         let sched_slot = SchedulerSlot::default();
@@ -415,23 +410,11 @@ impl<M: Module + 'static> FrozenState<M> {
         // devices or none, else whether it is device memory.
         let on_device = device.as_ref().map(crate::pinned::holds_device_memory);
         let host = on_device == Some(false);
-        // A learner's model on host memory is written from the record Burn's call copies while
-        // the staging helper takes the optimizer's record: its handles go now, and nothing is
-        // staged or held (a copy fewer than staging it too).
-        let from_record = model_from_source && host && scratch_dir.is_some();
-        let (entries, slots, model_record) = if from_record {
-            drop((entries, slots));
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            (Vec::new(), Vec::new(), Some((tx, rx)))
-        } else {
-            (entries, slots, None)
-        };
-        let (record_tx, record_rx) = model_record.unzip();
         // A held model (host memory, Hold, training going on at once) is written from its
         // handles; otherwise it is staged (what a throttled save has not written when the
         // trainer resumes), unless the trainer already waited for it.
         let held = host && model_staging == ModelStaging::Hold && wait_limit.is_none();
-        let stage_model = !(waited_for_model || held || from_record);
+        let stage_model = !(waited_for_model || held);
         // `on_device` already asked the backend whether it holds device memory.
         let read_now = on_device == Some(true)
             && device
@@ -468,25 +451,13 @@ impl<M: Module + 'static> FrozenState<M> {
             model_written,
             scheduler: sched_slot.clone(),
             record_to_writer: host && scratch_dir.is_some(),
-            model_record: record_tx,
         }));
         let starter = staging.clone();
         let on_accepted = staging.clone();
         let step = trainer.step;
-        let model_dir = scratch_dir.clone();
         let model_part = move |sink: &mut dyn Write| -> std::result::Result<(), BoxError> {
             starter.start();
-            let written = match (record_rx, &model_dir) {
-                (Some(rx), Some(dir)) => match rx.recv() {
-                    Ok(record) => {
-                        write_module_record_through_file(record, model_bytes, dir, step, sink)
-                    }
-                    Err(_) => Err("the staging helper stopped before handing over the \
-                                   model's record (the optimizer part's error says why)"
-                        .into()),
-                },
-                _ => write_entries(entries, sink),
-            };
+            let written = write_entries(entries, sink);
             drop(written_mark);
             written.map(drop)
         };

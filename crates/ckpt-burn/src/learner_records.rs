@@ -14,10 +14,13 @@
 //! `LearningCheckpointer` is the one public reader, and `LearningCheckpointer::new` and
 //! `AsyncCheckpointer::new` are public, so a strategy needs no checkpointer from the user.
 //! That call also builds the model's record (`model.clone().into_record()`, a copy of the
-//! model's tensors): a background save of host memory writes the model part from it (its
-//! bytes are `model.into_record().save(..)`'s by definition) instead of copying the model's
-//! tensors once more; elsewhere it is dropped as it arrives.
+//! model's tensors) before it copies the optimizer's state. A save writes the model part from
+//! the frozen model's own handles (as the trainer's saves do, without a copy), so the tap drops
+//! that record as Burn hands it over, on Burn's checkpointer thread, while Burn's call goes on:
+//! the two copies are never in memory together. Only [`HeldLearner::take`] (a ZeRO rank's
+//! checkpoint thread, which writes the model from Burn's record) keeps it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,13 +68,40 @@ macro_rules! catch {
 }
 catch!(OptimizerRecord);
 catch!(LrSchedulerRecord);
-catch!(ModuleRecord);
+
+/// The checkpointer Burn hands the model's record to: passes it on to the tap where the caller
+/// keeps it, else drops it at once, on Burn's checkpointer thread, while Burn's call goes on to
+/// copy the optimizer's state (so the two copies are not in memory together), and passes on
+/// `None`.
+struct CatchModel {
+    tx: SyncSender<Option<ModuleRecord>>,
+    keep: Arc<AtomicBool>,
+}
+
+impl Checkpointer<ModuleRecord> for CatchModel {
+    fn save(&self, _key: usize, record: ModuleRecord) -> Result<(), CheckpointerError> {
+        let record = self.keep.load(Ordering::Acquire).then_some(record);
+        self.tx
+            .send(record)
+            .map_err(|_| CheckpointerError::Unknown("the record tap is gone".into()))
+    }
+    fn delete(&self, _key: usize) -> Result<(), CheckpointerError> {
+        Ok(())
+    }
+    fn restore(&self, _key: usize) -> Result<ModuleRecord, CheckpointerError> {
+        Err(CheckpointerError::Unknown(
+            "the record tap restores nothing".into(),
+        ))
+    }
+}
 
 /// Burn's checkpointer with the receiving ends of its three catchers, driven one call at a
 /// time.
 struct Tap<M: LearnerModel> {
     checkpointer: LearningCheckpointer<M>,
-    model: Receiver<ModuleRecord>,
+    model: Receiver<Option<ModuleRecord>>,
+    /// Whether the model's catcher passes the record on (set for each call).
+    keep_model: Arc<AtomicBool>,
     optim: Receiver<OptimizerRecord>,
     scheduler: Receiver<LrSchedulerRecord>,
 }
@@ -115,8 +145,12 @@ impl<M: LearnerModel> LearnerTap<M> {
         let (mtx, model) = sync_channel(1);
         let (otx, optim) = sync_channel(1);
         let (stx, scheduler) = sync_channel(1);
+        let keep_model = Arc::new(AtomicBool::new(false));
         let checkpointer = LearningCheckpointer::new(
-            AsyncCheckpointer::new(Catch { tx: mtx }),
+            AsyncCheckpointer::new(CatchModel {
+                tx: mtx,
+                keep: keep_model.clone(),
+            }),
             AsyncCheckpointer::new(Catch { tx: otx }),
             AsyncCheckpointer::new(Catch { tx: stx }),
             Box::new(AlwaysSave),
@@ -126,6 +160,7 @@ impl<M: LearnerModel> LearnerTap<M> {
                 tap: Mutex::new(Tap {
                     checkpointer,
                     model,
+                    keep_model,
                     optim,
                     scheduler,
                 }),
@@ -139,18 +174,20 @@ impl<M: LearnerModel> LearnerTap<M> {
         &self,
         learner: &Learner<M>,
     ) -> Result<(OptimizerRecord, LrSchedulerRecord), BoxError> {
-        let (optim, scheduler, model) = self.all_records(learner)?;
-        drop(model);
+        let (optim, scheduler, _) = self.all_records(learner, false)?;
         Ok((optim, scheduler))
     }
 
-    /// The optimizer, scheduler and model records of `learner`, built now on the calling
-    /// thread.
+    /// The optimizer, scheduler and (where `keep_model`) model records of `learner`, built now
+    /// on the calling thread. Burn's call copies the model's tensors whatever the caller wants:
+    /// unkept, that copy is freed as soon as Burn hands it over, before the optimizer's copy.
     pub(crate) fn all_records(
         &self,
         learner: &Learner<M>,
-    ) -> Result<(OptimizerRecord, LrSchedulerRecord, ModuleRecord), BoxError> {
+        keep_model: bool,
+    ) -> Result<(OptimizerRecord, LrSchedulerRecord, Option<ModuleRecord>), BoxError> {
         let mut tap = self.inner.tap.lock().unwrap_or_else(|e| e.into_inner());
+        tap.keep_model.store(keep_model, Ordering::Release);
         tap.checkpointer.checkpoint(learner, 0, &self.inner.store);
         let model = handed(&tap.model, "model")?;
         let optim = handed(&tap.optim, "optimizer")?;
@@ -227,7 +264,8 @@ impl<M: LearnerModel> HeldLearner<M> {
     ) -> Result<R, BoxError> {
         let host = crate::submit::first_device(&self.learner.model())
             .is_some_and(|d| !crate::pinned::holds_device_memory(&d));
-        let (optim, scheduler, model) = self.tap.all_records(&self.learner)?;
+        let (optim, scheduler, model) = self.tap.all_records(&self.learner, true)?;
+        let model = model.ok_or("Burn's checkpointer handed over no model record")?;
         let records = LearnerRecords {
             model,
             optim,
@@ -255,11 +293,11 @@ pub(crate) struct FrozenLearner<M: LearnerModel> {
 
 impl<M: LearnerModel> OptimizerSource for FrozenLearner<M> {
     fn records(&self) -> Result<SourceRecords, BoxError> {
-        let (optim, scheduler, model) = self.tap.all_records(&self.learner)?;
+        // The model part is written from the frozen model's handles, not from this record.
+        let (optim, scheduler, _) = self.tap.all_records(&self.learner, false)?;
         Ok(SourceRecords {
             optim,
             scheduler: Some(scheduler),
-            model: Some(model),
         })
     }
 }

@@ -6,8 +6,6 @@ use std::time::Instant;
 
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
-use burn::store::ModuleRecord;
-use std::sync::mpsc::SyncSender;
 
 use crate::encode::BoxError;
 use crate::held::{SharedSlot, stage_slot};
@@ -48,9 +46,6 @@ pub(crate) struct StageJob {
     /// Whether Burn's record of host-memory state goes to the writer as it is (written through
     /// a scratch file), instead of being encoded here.
     pub(crate) record_to_writer: bool,
-    /// Where the model's record goes, for a source that gives one (a learner's), when the
-    /// model part is written from it instead of from staged tensors.
-    pub(crate) model_record: Option<SyncSender<ModuleRecord>>,
 }
 
 /// Opens once a save's model part is written (or dropped unwritten), or once the writer asks
@@ -137,14 +132,13 @@ impl StageJob {
             model_written,
             scheduler,
             record_to_writer,
-            model_record,
         } = self;
         let t0 = Instant::now();
         let optim = match optim {
             // Host state: the record first, and the optimizer's handles and pin go with it.
             OptimState::Held(optim, pin) if host => {
-                let record = take_records(optim.as_ref(), &scheduler, model_record.as_ref())?;
-                drop((optim, pin, model_record));
+                let record = take_records(optim.as_ref(), &scheduler)?;
+                drop((optim, pin));
                 OptimState::Recorded(record)
             }
             // Read inside the save call (only the model is left to stage), or device handles.
@@ -203,13 +197,11 @@ pub(crate) trait OptimizerSource: Send {
     fn records(&self) -> std::result::Result<SourceRecords, BoxError>;
 }
 
-/// The records an [`OptimizerSource`] gives: Burn's optimizer record, the scheduler's where
-/// the source holds the scheduler, and the model's where taking the others copies it anyway
-/// (a learner's: Burn's `LearningCheckpointer::checkpoint` builds all three).
+/// The records an [`OptimizerSource`] gives: Burn's optimizer record, and the scheduler's
+/// where the source holds the scheduler.
 pub(crate) struct SourceRecords {
     pub(crate) optim: OptimizerRecord,
     pub(crate) scheduler: Option<LrSchedulerRecord>,
-    pub(crate) model: Option<ModuleRecord>,
 }
 
 impl OptimizerSource for ModuleOptimizer {
@@ -217,7 +209,6 @@ impl OptimizerSource for ModuleOptimizer {
         Ok(SourceRecords {
             optim: self.to_record(),
             scheduler: None,
-            model: None,
         })
     }
 }
@@ -231,15 +222,10 @@ pub(crate) type SchedulerSlot = std::sync::Arc<std::sync::Mutex<Option<LrSchedul
 pub(crate) fn take_records(
     source: &dyn OptimizerSource,
     scheduler: &SchedulerSlot,
-    model: Option<&SyncSender<ModuleRecord>>,
 ) -> std::result::Result<OptimizerRecord, BoxError> {
     let records = source.records()?;
     if let Some(sched) = records.scheduler {
         *scheduler.lock().unwrap_or_else(|e| e.into_inner()) = Some(sched);
-    }
-    // The model part waits for it (a receiver gone means that part failed: nothing to do).
-    if let (Some(record), Some(to_writer)) = (records.model, model) {
-        let _ = to_writer.send(record);
     }
     Ok(records.optim)
 }
@@ -250,7 +236,7 @@ pub(crate) fn encode_record(
     source: Box<dyn OptimizerSource>,
     scheduler: &SchedulerSlot,
 ) -> std::result::Result<burn::tensor::Bytes, BoxError> {
-    let bytes = take_records(source.as_ref(), scheduler, None)?.into_bytes()?;
+    let bytes = take_records(source.as_ref(), scheduler)?.into_bytes()?;
     drop(source);
     Ok(bytes)
 }

@@ -24,7 +24,9 @@
 //! Limits (what Burn's public API allows):
 //! - Single device only (Burn's multi-device and DDP loops are `pub(crate)`).
 //! - Burn's `LearningCheckpointer` also builds the model's record (a copy of the model's
-//!   tensors) when the records are taken; the tap drops it unused, on the staging helper.
+//!   tensors) when the records are taken: CPU work for nothing. The tap drops it as Burn hands
+//!   it over, before Burn copies the optimizer's state, and the model part is written from the
+//!   frozen model's handles.
 //! - Resume restores model, optimizer and scheduler exactly (Burn's `.checkpoint(step)`, which
 //!   the strategy restores itself when no checkpointers are registered with Burn, or
 //!   [`CkptTrainingStrategy::resume_latest`]). Burn's shuffled `DataLoaderBuilder` loaders
