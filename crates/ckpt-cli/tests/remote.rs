@@ -71,6 +71,14 @@ fn ls_verify_inspect_export_and_gc_accept_an_s3_url() {
     let one = format!("{url}/step-00000006");
     let (code, out, err) = ckpt(&ep, &["verify", &one]);
     assert_eq!(code, 0, "{out}{err}");
+    // A prefix with no checkpoints verifies nothing: an error, not "0 verified".
+    let empty = format!("s3://{BUCKET}/no-such-run");
+    let (code, out, err) = ckpt(&ep, &["verify", &empty]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("no checkpoints in") && err.contains("nothing to verify"),
+        "{out}{err}"
+    );
 
     let (code, out, err) = ckpt(&ep, &["inspect", &one, "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -106,11 +114,14 @@ fn ls_verify_inspect_export_and_gc_accept_an_s3_url() {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    // The same tensors and metadata (the header's metadata order is a HashMap's, so the bytes
-    // may differ).
+    // The same file, byte for byte (exports are reproducible), and so the same tensors.
     let (a, b) = (
         std::fs::read(&from_store).unwrap(),
         std::fs::read(&from_disk).unwrap(),
+    );
+    assert!(
+        a == b,
+        "the export from the store differs from the local one"
     );
     let (sa, sb) = (
         safetensors::SafeTensors::deserialize(&a).unwrap(),
