@@ -111,33 +111,6 @@ fn save_to_scratch(
     Ok(scratch)
 }
 
-/// Streams a model's record (Burn's, from a learner) of about `bytes` into `sink` through a
-/// scratch file ([`crate::scratch`]): `ModuleRecord::save` writes it out tensor by tensor
-/// (each freed once written), and the file, the model part's bytes by definition
-/// (`model.into_record().save(..)`), is copied into `sink` and removed.
-pub(crate) fn write_module_record_through_file(
-    record: ModuleRecord,
-    bytes: u64,
-    root: &std::path::Path,
-    step: u64,
-    sink: &mut dyn Write,
-) -> std::result::Result<u64, BoxError> {
-    let scratch = save_to_scratch(root, "model", step, bytes, |p| record.save(p))?;
-    let mut file = std::fs::File::open(&scratch.0)?;
-    let mut buf = vec![0u8; 4 << 20];
-    let mut written = 0u64;
-    loop {
-        let n = std::io::Read::read(&mut file, &mut buf)?;
-        if n == 0 {
-            break;
-        }
-        sink.write_all(&buf[..n])?;
-        written += n as u64;
-    }
-    drop(scratch);
-    Ok(written)
-}
-
 /// Streams Burn's `record` (about `bytes`) into `sink` in the canonical layout through a
 /// scratch file ([`crate::scratch`]): `OptimizerRecord::save` writes the record out tensor by
 /// tensor (each freed once written), then the file is read back in name order, a tensor at a
@@ -182,7 +155,9 @@ pub fn write_optimizer_record(
 
 /// Writes Burn's model `record` (about `bytes`) into `sink`: `model.bpk`'s bytes, what
 /// `model.into_record().save(..)` writes, through a scratch file as
-/// [`write_optimizer_record`] does. Returns the bytes written.
+/// [`write_optimizer_record`] does (`ModuleRecord::save` writes it out tensor by tensor, each
+/// freed once written, and the file is copied into `sink` and removed). Returns the bytes
+/// written.
 pub fn write_model_record(
     record: ModuleRecord,
     bytes: u64,
@@ -190,8 +165,24 @@ pub fn write_model_record(
     step: u64,
     sink: &mut dyn Write,
 ) -> Result<u64> {
-    write_module_record_through_file(record, bytes, root, step, sink)
-        .map_err(|e| record_err(MODEL_FILE, e))
+    let copy = || -> std::result::Result<u64, BoxError> {
+        let scratch = save_to_scratch(root, "model", step, bytes, |p| record.save(p))?;
+        let mut file = std::fs::File::open(&scratch.0)?;
+        // In 4 MiB pieces: the sink checksums and writes what it is given as it comes.
+        let mut buf = vec![0u8; 4 << 20];
+        let mut written = 0u64;
+        loop {
+            let n = std::io::Read::read(&mut file, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            sink.write_all(&buf[..n])?;
+            written += n as u64;
+        }
+        drop(scratch);
+        Ok(written)
+    };
+    copy().map_err(|e| record_err(MODEL_FILE, e))
 }
 
 /// Burn lays an optimizer record's tensor data out in `HashMap` iteration order, so two saves

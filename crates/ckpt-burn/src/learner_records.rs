@@ -28,7 +28,7 @@ use std::time::Duration;
 use burn::optim::OptimizerRecord;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::store::ModuleRecord;
-use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, CheckpointerError};
+use burn::train::checkpoint::{AsyncCheckpointer, Checkpoint, Checkpointer, CheckpointerError};
 use burn::train::metric::store::EventStoreClient;
 use burn::train::{Learner, LearnerModel, LearningCheckpointer};
 
@@ -41,45 +41,26 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Longest wait for Burn's checkpointer threads to hand over a learner's records.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// A checkpointer that hands the record Burn gives it to the tap.
+/// A checkpointer that hands the record Burn gives it to the tap, or, where `keep` says not,
+/// drops it at once on Burn's checkpointer thread (while Burn's call goes on to the next
+/// record) and hands over `None`.
 struct Catch<R> {
-    tx: SyncSender<R>,
-}
-
-/// `Checkpointer<R>` for each record kind a [`Catch`] passes on.
-macro_rules! catch {
-    ($rec:ty) => {
-        impl Checkpointer<$rec> for Catch<$rec> {
-            fn save(&self, _key: usize, record: $rec) -> Result<(), CheckpointerError> {
-                self.tx
-                    .send(record)
-                    .map_err(|_| CheckpointerError::Unknown("the record tap is gone".into()))
-            }
-            fn delete(&self, _key: usize) -> Result<(), CheckpointerError> {
-                Ok(())
-            }
-            fn restore(&self, _key: usize) -> Result<$rec, CheckpointerError> {
-                Err(CheckpointerError::Unknown(
-                    "the record tap restores nothing".into(),
-                ))
-            }
-        }
-    };
-}
-catch!(OptimizerRecord);
-catch!(LrSchedulerRecord);
-
-/// The checkpointer Burn hands the model's record to: passes it on to the tap where the caller
-/// keeps it, else drops it at once, on Burn's checkpointer thread, while Burn's call goes on to
-/// copy the optimizer's state (so the two copies are not in memory together), and passes on
-/// `None`.
-struct CatchModel {
-    tx: SyncSender<Option<ModuleRecord>>,
+    tx: SyncSender<Option<R>>,
     keep: Arc<AtomicBool>,
 }
 
-impl Checkpointer<ModuleRecord> for CatchModel {
-    fn save(&self, _key: usize, record: ModuleRecord) -> Result<(), CheckpointerError> {
+impl<R> Catch<R> {
+    /// A catcher whose record is kept while `keep` is set.
+    fn new(tx: SyncSender<Option<R>>, keep: &Arc<AtomicBool>) -> Self {
+        Self {
+            tx,
+            keep: keep.clone(),
+        }
+    }
+}
+
+impl<R: Checkpoint> Checkpointer<R> for Catch<R> {
+    fn save(&self, _key: usize, record: R) -> Result<(), CheckpointerError> {
         let record = self.keep.load(Ordering::Acquire).then_some(record);
         self.tx
             .send(record)
@@ -88,7 +69,7 @@ impl Checkpointer<ModuleRecord> for CatchModel {
     fn delete(&self, _key: usize) -> Result<(), CheckpointerError> {
         Ok(())
     }
-    fn restore(&self, _key: usize) -> Result<ModuleRecord, CheckpointerError> {
+    fn restore(&self, _key: usize) -> Result<R, CheckpointerError> {
         Err(CheckpointerError::Unknown(
             "the record tap restores nothing".into(),
         ))
@@ -102,8 +83,8 @@ struct Tap<M: LearnerModel> {
     model: Receiver<Option<ModuleRecord>>,
     /// Whether the model's catcher passes the record on (set for each call).
     keep_model: Arc<AtomicBool>,
-    optim: Receiver<OptimizerRecord>,
-    scheduler: Receiver<LrSchedulerRecord>,
+    optim: Receiver<Option<OptimizerRecord>>,
+    scheduler: Receiver<Option<LrSchedulerRecord>>,
 }
 
 struct TapInner<M: LearnerModel> {
@@ -132,11 +113,16 @@ impl<M: LearnerModel> std::fmt::Debug for LearnerTap<M> {
     }
 }
 
-/// The record `rx` receives within [`HANDOVER_TIMEOUT`].
-fn handed<T>(rx: &Receiver<T>, what: &str) -> Result<T, BoxError> {
+/// The record `rx` receives within [`HANDOVER_TIMEOUT`] (`None`: its catcher dropped it).
+fn handed<T>(rx: &Receiver<Option<T>>, what: &str) -> Result<Option<T>, BoxError> {
     rx.recv_timeout(HANDOVER_TIMEOUT).map_err(|e| {
         format!("Burn's checkpointer did not hand over the learner's {what} record: {e}").into()
     })
+}
+
+/// [`handed`], from a catcher that keeps its record.
+fn kept<T>(rx: &Receiver<Option<T>>, what: &str) -> Result<T, BoxError> {
+    handed(rx, what)?.ok_or_else(|| format!("the tap dropped the learner's {what} record").into())
 }
 
 impl<M: LearnerModel> LearnerTap<M> {
@@ -146,13 +132,11 @@ impl<M: LearnerModel> LearnerTap<M> {
         let (otx, optim) = sync_channel(1);
         let (stx, scheduler) = sync_channel(1);
         let keep_model = Arc::new(AtomicBool::new(false));
+        let always = Arc::new(AtomicBool::new(true));
         let checkpointer = LearningCheckpointer::new(
-            AsyncCheckpointer::new(CatchModel {
-                tx: mtx,
-                keep: keep_model.clone(),
-            }),
-            AsyncCheckpointer::new(Catch { tx: otx }),
-            AsyncCheckpointer::new(Catch { tx: stx }),
+            AsyncCheckpointer::new(Catch::new(mtx, &keep_model)),
+            AsyncCheckpointer::new(Catch::new(otx, &always)),
+            AsyncCheckpointer::new(Catch::new(stx, &always)),
             Box::new(AlwaysSave),
         );
         Self {
@@ -190,8 +174,8 @@ impl<M: LearnerModel> LearnerTap<M> {
         tap.keep_model.store(keep_model, Ordering::Release);
         tap.checkpointer.checkpoint(learner, 0, &self.inner.store);
         let model = handed(&tap.model, "model")?;
-        let optim = handed(&tap.optim, "optimizer")?;
-        let scheduler = handed(&tap.scheduler, "scheduler")?;
+        let optim = kept(&tap.optim, "optimizer")?;
+        let scheduler = kept(&tap.scheduler, "scheduler")?;
         Ok((optim, scheduler, model))
     }
 }
@@ -265,7 +249,7 @@ impl<M: LearnerModel> HeldLearner<M> {
         let host = crate::submit::first_device(&self.learner.model())
             .is_some_and(|d| !crate::pinned::holds_device_memory(&d));
         let (optim, scheduler, model) = self.tap.all_records(&self.learner, true)?;
-        let model = model.ok_or("Burn's checkpointer handed over no model record")?;
+        let model = model.ok_or("the tap dropped the learner's model record")?;
         let records = LearnerRecords {
             model,
             optim,

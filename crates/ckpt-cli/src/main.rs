@@ -222,7 +222,7 @@ fn ls(root: &Path, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         // Stdout stays one JSON document.
         if list.is_empty()
-            && let Some(note) = nested::note(&nested::roots_below(root))
+            && let Some(note) = nested::note_below(root)
         {
             eprintln!("note: no checkpoints in {}; {note}", root.display());
         }
@@ -233,7 +233,7 @@ fn ls(root: &Path, json: bool) -> Result<()> {
     }
     if list.is_empty() {
         println!("no checkpoints in {}", root.display());
-        if let Some(note) = nested::note(&nested::roots_below(root)) {
+        if let Some(note) = nested::note_below(root) {
             println!("note: {note}");
         }
         if let Some(note) = rewound::note(&aside) {
@@ -306,7 +306,7 @@ fn verify(path: &Path) -> Result<()> {
     let list = list_checkpoints(path, true)?;
     if list.is_empty() {
         // Verifying nothing is not a success: the path is most likely not the root meant.
-        let below = nested::note(&nested::roots_below(path))
+        let below = nested::note_below(path)
             .map(|n| format!("; {n}"))
             .unwrap_or_default();
         bail!(

@@ -14,9 +14,15 @@ const BUDGET: usize = 2000;
 /// Roots named in the note; the rest are counted.
 const SHOWN: usize = 8;
 
+/// One line naming the checkpoint roots below `dir` (not `dir` itself), with how many
+/// checkpoints each holds; `None` when there are none.
+pub(crate) fn note_below(dir: &Path) -> Option<String> {
+    note(&roots_below(dir))
+}
+
 /// Checkpoint roots below `dir` (not `dir` itself) with how many checkpoints each holds, in
 /// path order. Unreadable directories are passed over.
-pub(crate) fn roots_below(dir: &Path) -> Vec<(PathBuf, usize)> {
+fn roots_below(dir: &Path) -> Vec<(PathBuf, usize)> {
     let mut found = Vec::new();
     let mut budget = BUDGET;
     walk(dir, DEPTH, &mut budget, &mut found);
@@ -54,8 +60,8 @@ fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut Vec<(PathBuf, 
     }
 }
 
-/// One line naming the roots below (`None` when there are none).
-pub(crate) fn note(found: &[(PathBuf, usize)]) -> Option<String> {
+/// One line naming the roots `found` (`None` when there are none).
+fn note(found: &[(PathBuf, usize)]) -> Option<String> {
     if found.is_empty() {
         return None;
     }
