@@ -20,6 +20,7 @@ use burn_ckpt::ckpt_burn::{
     MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, STAGE_FAILPOINT, SaveTuning, TRAINER_FILE, UpdateWait,
     assign_param_ids, backend_rng_lock, encode_model, pinned_state_bytes,
 };
+use burn_ckpt::ckpt_core::failpoints::WRITE_PART;
 use burn_ckpt::ckpt_core::{EngineConfig, FrequencyPolicy, layout::checkpoint_dir_name};
 use test_support::fs::verified_steps;
 use test_support::tiny::{Tiny, learner, loaders};
@@ -118,14 +119,17 @@ fn frozen_learner_is_its_step(device: fn() -> Device) {
     launch_on(device(), &ended, 1, 2, How::Fresh);
     assert_eq!(verified_steps(&ended.join("ckpt")), vec![2, 4]);
 
-    // The same run going on to step 8, every save's staging held back: Burn's records of
-    // steps 2 and 4 are taken from the frozen learner while training runs steps past them
-    // (updates do not wait for the save here, which by default they do).
+    // The same run going on to step 8, every save's staging and part writes held back:
+    // Burn's records of steps 2 and 4 are taken from the frozen learner, and its model (on
+    // Flex, written from the frozen model's own buffers) is written, while training runs steps
+    // past them (updates do not wait for the save here, which by default they do).
     let held = tmp.path().join("held");
     fail::cfg(STAGE_FAILPOINT, "sleep(700)").unwrap();
+    fail::cfg(WRITE_PART, "sleep(300)").unwrap();
     let never = SaveTuning::default().update_wait(UpdateWait::Never);
     launch_tuned(device(), &held, 2, 2, How::Fresh, never);
     fail::remove(STAGE_FAILPOINT);
+    fail::remove(WRITE_PART);
     assert_eq!(verified_steps(&held.join("ckpt")), vec![2, 4, 6, 8]);
     for step in [2, 4] {
         assert_same_checkpoint(
