@@ -228,6 +228,9 @@ struct Figures {
     /// Median over saves (and passes) of the step gap spanning the save minus the baselines'
     /// median gap at that step, in seconds.
     stall: f64,
+    /// The same for the gap of the step after the save (where the learner route's update waits
+    /// for the save's records), in seconds.
+    after: f64,
     /// Per pass: (wall - mean baseline wall) / saves, in seconds.
     lost: Vec<f64>,
     /// Per pass: peak memory (RSS + tmpfs growth) minus the mean of the baselines', in bytes.
@@ -243,21 +246,21 @@ fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
     let base_cpu = base.iter().map(|r| r.cpu_s).sum::<f64>() / base.len().max(1) as f64;
     let mut cpu = Vec::new();
     let mut stalls = Vec::new();
+    let mut afters = Vec::new();
     let mut lost = Vec::new();
     let mut extra_mem = Vec::new();
+    // The gap of step `s` minus the baselines' median gap there, where both have it.
+    let excess = |r: &LearnerRun, s: usize| {
+        let gap = r.gap_after(s)?;
+        let mut base_gaps: Vec<f64> = base.iter().filter_map(|b| b.gap_after(s)).collect();
+        (!base_gaps.is_empty()).then(|| gap - median(&mut base_gaps))
+    };
     for r in runs.iter().filter(|r| r.mode == mode) {
         let saved = r.saved();
         for &s in &saved {
-            let (Some(gap), mut base_gaps) = (
-                r.gap_after(s),
-                base.iter()
-                    .filter_map(|b| b.gap_after(s))
-                    .collect::<Vec<_>>(),
-            ) else {
-                continue;
-            };
-            if !base_gaps.is_empty() {
-                stalls.push(gap - median(&mut base_gaps));
+            if let Some(x) = excess(r, s) {
+                stalls.push(x);
+                afters.extend(excess(r, s + 1));
             }
         }
         lost.push((r.wall_s - base_wall) / saved.len().max(1) as f64);
@@ -266,6 +269,7 @@ fn figures(runs: &[LearnerRun], mode: &str) -> Figures {
     }
     Figures {
         stall: median(&mut stalls),
+        after: median(&mut afters),
         lost,
         extra_mem,
         cpu,
@@ -316,14 +320,17 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
         "*Stall per \
          save*: the gap between the start of the saved step and the next one, minus the median \
          gap of the runs without checkpoints at that step, median over \
-         saves that training followed. *Lost per save*: wall time (the last save durable) minus \
+         saves that training followed. *The step after*: the same for the step that follows the \
+         save; on the learner route its update waits until Burn's records of the saved step \
+         are taken (`UpdateWait::Auto`, so that it does not copy the state on write), so that \
+         part of a save's cost shows there and not in the stall. *Lost per save*: wall time (the last save durable) minus \
          the mean of the runs without checkpoints, over the saves. *Extra peak memory*: peak memory (the run's resident set plus what tmpfs gained while it ran, sampled every 5 ms, at least the kernel's peak RSS from `wait4`; a save's scratch files go to `/dev/shm`, memory no process's RSS shows) \
          minus the mean of the runs without checkpoints, against the state (weights + AdamW's \
          moments). *Extra CPU per save*: the process's CPU time (user + kernel, all threads, \
          from `wait4`) minus the mean of the runs without checkpoints, over the saves: the work \
          a save costs, whichever thread does it.\n\n\
-         | size | state | stall per save, ours / Burn | ratio | lost per save, ours / Burn | ratio (median) | extra peak memory, ours / Burn (x state) | extra CPU per save, ours / Burn |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         | size | state | stall per save, ours / Burn | ratio | the step after, ours / Burn | lost per save, ours / Burn | ratio (median) | extra peak memory, ours / Burn (x state) | extra CPU per save, ours / Burn |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
     );
     for (shape, runs) in sizes {
         let state = runs.first().map_or(f64::NAN, LearnerRun::state_bytes);
@@ -338,11 +345,13 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
             "ours in the noise (<= 0)".to_string()
         };
         o.push_str(&format!(
-            "| {} | {:.0} MB | {:.1} ms / {:.1} ms | {stall_ratio} | {} s / {} s | {:.2} | {} / {} | {} s / {} s |\n",
+            "| {} | {:.0} MB | {:.1} ms / {:.1} ms | {stall_ratio} | {:+.1} ms / {:+.1} ms | {} s / {} s | {:.2} | {} / {} | {} s / {} s |\n",
             shape.label,
             state / 1e6,
             ours.stall * 1e3,
             burn.stall * 1e3,
+            ours.after * 1e3,
+            burn.after * 1e3,
             range(&ours.lost, |v| format!("{v:.2}")),
             range(&burn.lost, |v| format!("{v:.2}")),
             ratio_lost,
