@@ -154,9 +154,36 @@ fn on_wgpu_a_frozen_learner_is_written_as_its_step_after_training_moved_on() {
     frozen_learner_is_its_step(|| Device::wgpu(burn::tensor::DeviceKind::DefaultDevice).autodiff());
 }
 
-/// The state saves still held (`pinned_state_bytes`) at the start of each training step of a
-/// run saving every 2 steps with its staging held back 700 ms, the steps far shorter.
-fn held_at_each_step(tuning: SaveTuning) -> Vec<u64> {
+/// A log writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The number after `field=` in `line`.
+fn field(line: &str, field: &str) -> f64 {
+    let at = line
+        .find(&format!(" {field}="))
+        .unwrap_or_else(|| panic!("no {field} in {line}"));
+    line[at + field.len() + 2..]
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{field} is no number in {line}"))
+}
+
+/// What a run saving every 2 steps with its staging held back 700 ms (the steps far shorter)
+/// shows: the state saves still held (`pinned_state_bytes`) at the start of each training
+/// step, and the `checkpoint published` lines the strategy logged.
+fn held_at_each_step(tuning: SaveTuning) -> (Vec<u64>, Vec<String>) {
     let tmp = tempfile::tempdir().unwrap();
     let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (mine, to) = (std::thread::current().id(), samples.clone());
@@ -167,29 +194,64 @@ fn held_at_each_step(tuning: SaveTuning) -> Vec<u64> {
         }
     })));
     fail::cfg(STAGE_FAILPOINT, "sleep(700)").unwrap();
-    launch_tuned(
-        Device::flex().autodiff(),
-        tmp.path(),
-        2,
-        2,
-        How::Fresh,
-        tuning,
-    );
+    let log = Logged::default();
+    let to = log.clone();
+    let logger = tracing_subscriber::fmt()
+        .with_writer(move || to.clone())
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .finish();
+    tracing::subscriber::with_default(logger, || {
+        launch_tuned(
+            Device::flex().autodiff(),
+            tmp.path(),
+            2,
+            2,
+            How::Fresh,
+            tuning,
+        )
+    });
     fail::remove(STAGE_FAILPOINT);
     test_support::tiny::on_train_step(None);
-    samples.lock().unwrap().clone()
+    let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let published = log
+        .lines()
+        .filter(|l| l.contains("checkpoint published"))
+        .map(str::to_string)
+        .collect();
+    (samples.lock().unwrap().clone(), published)
 }
 
 /// By default, on host memory too, the update after a save waits until the save has taken
 /// Burn's records of the frozen learner and let it go: the step after that update starts with
-/// nothing held (so no update copied the state on write). With `UpdateWait::Never` it does
-/// not wait, and the same step starts with the learner still held.
+/// nothing held (so no update copied the state on write), and the save's published line
+/// counts that wait in its stall (`update_wait_ms`). With `UpdateWait::Never` it does not
+/// wait, and the same step starts with the learner still held.
 #[test]
 fn by_default_the_update_after_a_save_waits_for_the_learner_to_be_given_back() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Saves after steps 2, 4, 6 and 8; the update of step s + 1 is the first after save s,
     // so step s + 2 (sample s + 1, 0-based) starts after it.
-    let waited = held_at_each_step(SaveTuning::default());
+    let (waited, published) = held_at_each_step(SaveTuning::default());
+    // Each save's staging sleeps 700 ms before it takes the records, and the steps between
+    // are far shorter: the update after each of saves 2, 4 and 6 waited most of that, and
+    // the save's line says so (save 8 has no update after it).
+    let lines: Vec<&String> = published
+        .iter()
+        .filter(|l| [2.0, 4.0, 6.0].contains(&field(l, "step")))
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "no save of steps 2, 4, 6 logged: {published:#?}"
+    );
+    for l in lines {
+        let wait = field(l, "update_wait_ms");
+        assert!(wait >= 300.0, "the update's wait is not counted: {l}");
+        assert!(
+            field(l, "stall_ms") >= wait,
+            "the stall leaves out the wait: {l}"
+        );
+    }
     assert_eq!(waited.len(), 8, "{waited:?}");
     for s in [2, 4, 6] {
         assert_eq!(
@@ -199,7 +261,11 @@ fn by_default_the_update_after_a_save_waits_for_the_learner_to_be_given_back() {
             s + 2
         );
     }
-    let copied = held_at_each_step(SaveTuning::default().update_wait(UpdateWait::Never));
+    let (copied, published) =
+        held_at_each_step(SaveTuning::default().update_wait(UpdateWait::Never));
+    for l in &published {
+        assert_eq!(field(l, "update_wait_ms"), 0.0, "no update waited: {l}");
+    }
     assert!(
         [2, 4, 6].iter().any(|s| copied[s + 1] > 0),
         "without the wait, no step started with state held: {copied:?}"

@@ -278,6 +278,12 @@ struct Run<'a, M: LearnerModel> {
     seed: u64,
     /// When a save on a device backend reads the optimizer's state.
     optimizer_read: OptimizerRead,
+    /// The newest save submitted: the updates after it wait for it (where they wait).
+    last_saved: Option<u64>,
+    /// Per saved step not yet reported: how long updates waited for that save.
+    waited: std::collections::BTreeMap<u64, Duration>,
+    /// Per save reported: its stall, the update's wait for it included, in milliseconds.
+    stalls: Vec<f64>,
 }
 
 impl<M: LearnerModel> Run<'_, M> {
@@ -291,9 +297,17 @@ impl<M: LearnerModel> Run<'_, M> {
                 .fail(CheckpointerError::Unknown(e.to_string()));
         }
         for s in &self.session.report().saves[before..] {
+            // Its records are taken before it is published, so an update that waited for
+            // them has waited by now.
+            let wait_ms = self
+                .waited
+                .remove(&s.step)
+                .map_or(0.0, |w| w.as_secs_f64() * 1e3);
+            self.stalls.push(s.stall_ms + wait_ms);
             tracing::info!(
                 step = s.step,
-                stall_ms = s.stall_ms,
+                stall_ms = s.stall_ms + wait_ms,
+                update_wait_ms = wait_ms,
                 persist_ms = s.persist_ms.unwrap_or(f64::NAN),
                 mb = s.bytes as f64 / 1e6,
                 "checkpoint published"
@@ -301,10 +315,21 @@ impl<M: LearnerModel> Run<'_, M> {
         }
     }
 
-    /// At the end of training: what the saves published so far cost (an info line).
+    /// Counts `waited`, an update's wait for the saves to give the learner back, in the stall
+    /// of the newest save (as a loop of one's own does, [`crate::CheckpointManager`]).
+    fn update_waited(&mut self, waited: Duration) {
+        if let Some(step) = self.last_saved
+            && !waited.is_zero()
+        {
+            *self.waited.entry(step).or_default() += waited;
+        }
+    }
+
+    /// At the end of training: what the saves published so far cost (an info line; a stall
+    /// counts the updates' wait for its save).
     fn summarize(&self) {
         let r = self.session.report();
-        let mut stalls: Vec<f64> = r.saves.iter().map(|s| s.stall_ms).collect();
+        let mut stalls = self.stalls.clone();
         stalls.sort_by(f64::total_cmp);
         tracing::info!(
             published = r.saves.len(),
@@ -348,9 +373,11 @@ impl<M: LearnerModel> Run<'_, M> {
                     .with_replace(true)
             })
         });
-        if let Err(e) = saved {
-            self.interrupter
-                .fail(CheckpointerError::Unknown(e.to_string()));
+        match saved {
+            Ok(()) => self.last_saved = Some(step),
+            Err(e) => self
+                .interrupter
+                .fail(CheckpointerError::Unknown(e.to_string())),
         }
     }
 
@@ -471,6 +498,9 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             step: resume.map_or(0, |p| p.step),
             seed: self.deterministic.unwrap_or(0),
             optimizer_read: self.tuning.read(),
+            last_saved: None,
+            waited: Default::default(),
+            stalls: Vec::new(),
         };
         // An update waits until the save has given the learner's state back (Burn's records of
         // the frozen clone are taken beside the forward and backward passes), instead of
@@ -533,7 +563,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                         accumulator.accumulate(&learner.model(), out.grads);
                         accumulated += 1;
                         if n <= accumulated || item_progress.is_completed() {
-                            wait_for_saves(wait_before_update);
+                            run.update_waited(wait_for_saves(wait_before_update));
                             learner.lr_step();
                             learner.optimizer_step(accumulator.grads());
                             accumulated = 0;
@@ -543,7 +573,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                         }
                     }
                     None => {
-                        wait_for_saves(wait_before_update);
+                        run.update_waited(wait_for_saves(wait_before_update));
                         learner.lr_step();
                         learner.optimizer_step(out.grads);
                         true
@@ -616,10 +646,12 @@ const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Before an optimizer update, where `wait` says so ([`crate::UpdateWait::applies_to_learner`]):
 /// waits until background saves hold none of the training state, at most
 /// ten minutes (then [`crate::wait_pinned_at_most`] warns and the update copies
-/// what is still held).
-pub fn wait_for_saves(wait: bool) {
+/// what is still held). Returns the time waited (zero without `wait`).
+pub fn wait_for_saves(wait: bool) -> Duration {
     if wait {
-        crate::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT);
+        crate::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT).waited
+    } else {
+        Duration::ZERO
     }
 }
 
