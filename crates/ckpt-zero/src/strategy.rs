@@ -75,7 +75,7 @@ use burn::train::{
     SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents,
     TrainingItem, TrainingStrategy, ValidLoader,
 };
-use ckpt_burn::strategy::{train_from_epoch, valid_epoch, wait_for_saves};
+use ckpt_burn::strategy::{train_from_epoch, valid_epoch};
 use ckpt_burn::{
     DataCursor, HeldLearner, LearnerRecords, LearnerTap, MODEL_FILE, SCHEDULER_FILE, SaveTuning,
     TrainerState, load_trainer_state, write_model_record, write_optimizer_record,
@@ -413,7 +413,7 @@ impl<M: LearnerModel> RankRun<M> {
                 }
             };
             let owned = self.zero.reduce_owned(&learner.model(), out.grads)?;
-            wait_for_saves(self.wait_before_update);
+            self.ckpt.before_update(self.wait_before_update);
             learner.lr_step();
             learner.optimizer_step(owned);
             if self.zero.world() > 1 {

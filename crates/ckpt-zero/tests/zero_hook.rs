@@ -271,8 +271,8 @@ fn two_ranks_with_a_shuffled_loader_resume_mid_epoch_exactly() {
 
 /// `ckpt_burn::pinned_state_bytes()` at the start of each of rank 0's steps (its thread is the
 /// launching one), on 2 ranks each reading the whole loader, 2 epochs of 8 steps, a save every
-/// 2 steps whose records are taken 700 ms late.
-fn held_at_each_step(root: &Path, tuning: SaveTuning) -> Vec<u64> {
+/// 2 steps whose records are taken 700 ms late; and rank 0's saves, `(step, stall_ms)`.
+fn held_at_each_step(root: &Path, tuning: SaveTuning) -> (Vec<u64>, Vec<(u64, f64)>) {
     let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (mine, to) = (std::thread::current().id(), samples.clone());
     test_support::tiny::on_train_step(Some(Box::new(move || {
@@ -293,6 +293,7 @@ fn held_at_each_step(root: &Path, tuning: SaveTuning) -> Vec<u64> {
     .replicate_data(true)
     .tuning(tuning)
     .seed(3);
+    let reports = zero.reports();
     let result = SupervisedTraining::new(root.join("burn"), train, valid)
         .with_application_logger(None)
         .with_training_strategy(zero.into_training_strategy())
@@ -301,13 +302,22 @@ fn held_at_each_step(root: &Path, tuning: SaveTuning) -> Vec<u64> {
     fail::remove(FP_BEFORE_RECORDS);
     test_support::tiny::on_train_step(None);
     assert!(result.error.is_none(), "{:?}", result.error);
-    samples.lock().unwrap().clone()
+    let saves = reports
+        .rank(0)
+        .expect("rank 0's report")
+        .session
+        .saves
+        .iter()
+        .map(|s| (s.step, s.stall_ms))
+        .collect();
+    (samples.lock().unwrap().clone(), saves)
 }
 
 /// By default the optimizer update after a save waits until every rank's checkpoint thread
 /// has taken Burn's records of its frozen learner and given it back: the step after that
-/// update starts with nothing held. With `UpdateWait::Never` it does not wait, and the same
-/// step starts with the learners still held (updates copy them on write).
+/// update starts with nothing held, and rank 0's report counts that wait in the save's stall.
+/// With `UpdateWait::Never` it does not wait, and the same step starts with the learners still
+/// held (updates copy them on write).
 #[test]
 fn by_default_the_update_after_a_save_waits_for_the_frozen_learners() {
     let _serial = serial();
@@ -315,7 +325,7 @@ fn by_default_the_update_after_a_save_waits_for_the_frozen_learners() {
     // Saves after steps 2, 4, .., 16: step s + 1 (sample s, 0-based) starts while save s holds
     // the learners; the update of step s + 1 is the first after save s, so step s + 2 (sample
     // s + 1) starts after it.
-    let waited = held_at_each_step(&tmp.path().join("auto"), SaveTuning::default());
+    let (waited, saves) = held_at_each_step(&tmp.path().join("auto"), SaveTuning::default());
     assert_eq!(waited.len(), 16, "{waited:?}");
     for s in (2..16).step_by(2) {
         assert!(
@@ -334,7 +344,17 @@ fn by_default_the_update_after_a_save_waits_for_the_frozen_learners() {
         published_steps(&tmp.path().join("auto")),
         (2..=16).step_by(2).collect::<Vec<u64>>()
     );
-    let copied = held_at_each_step(
+    // The records are taken 700 ms late and the steps are far shorter: the update after each
+    // save but the last waited most of that, in the save's stall.
+    let waited_for: Vec<_> = saves.iter().filter(|(s, _)| *s < 16).collect();
+    assert!(!waited_for.is_empty(), "{saves:?}");
+    for (step, stall) in waited_for {
+        assert!(
+            *stall >= 300.0,
+            "save {step}: the update's wait is not in its stall: {saves:?}"
+        );
+    }
+    let (copied, _) = held_at_each_step(
         &tmp.path().join("never"),
         SaveTuning::default().update_wait(UpdateWait::Never),
     );
