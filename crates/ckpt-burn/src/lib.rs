@@ -52,7 +52,9 @@ pub use error::{Error, Result};
 pub use learner_records::{HeldLearner, LearnerRecords, LearnerTap};
 pub use manager::{CheckpointManager, ManagerConfig, ManagerReport, ResumedFrom, UploadRecord};
 pub use param_ids::{assign_param_ids, step_seed};
-pub use pinned::{OptimizerRead, PinnedWait, UpdateWait, pinned_state_bytes, wait_pinned_at_most};
+pub use pinned::{
+    OptimizerRead, PinnedWait, UpdateWait, UpdateWaits, pinned_state_bytes, wait_pinned_at_most,
+};
 pub use restore::{
     Restored, latest_valid, load_model, load_model_bytes, load_optimizer, load_scheduler,
     load_trainer_state, read_verified_parts, restore, restore_latest,

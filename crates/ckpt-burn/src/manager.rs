@@ -25,11 +25,7 @@ use ckpt_core::{
 };
 use serde::Serialize;
 
-use crate::{DataCursor, Error, FrozenState, Result, SaveTuning, TrainerState};
-
-/// Longest wait before an update for a save to give the state back; past it the update copies
-/// what is still held (a warning says so).
-const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
+use crate::{DataCursor, Error, FrozenState, Result, SaveTuning, TrainerState, UpdateWaits};
 
 /// Settings of a [`CheckpointManager`]; [`ManagerConfig::new`] has the defaults.
 #[derive(Debug, Clone)]
@@ -300,10 +296,9 @@ pub struct CheckpointManager {
     /// Whether updates wait for the saves ([`SaveTuning::update_wait`] on the state's device),
     /// decided at the first save.
     update_waits: Option<bool>,
-    /// The newest save submitted, and the time updates waited for it.
-    last_save: Option<(u64, Duration)>,
-    /// Update waits by save, added to those saves' stalls in the report.
-    waited: Vec<(u64, Duration)>,
+    /// The newest save submitted and the updates' waits by save, added to those saves' stalls
+    /// in the report.
+    waits: UpdateWaits,
 }
 
 impl std::fmt::Debug for CheckpointManager {
@@ -366,8 +361,7 @@ impl CheckpointManager {
             // which would pull the frequency controller's baseline down.
             last_step: Some(Instant::now()),
             update_waits: None,
-            last_save: None,
-            waited: Vec::new(),
+            waits: UpdateWaits::default(),
         })
     }
 
@@ -393,7 +387,7 @@ impl CheckpointManager {
 
     /// The step of the newest save this run submitted.
     pub fn last_saved(&self) -> Option<u64> {
-        self.last_save.map(|(step, _)| step)
+        self.waits.newest()
     }
 
     /// Checkpoints being persisted now.
@@ -470,14 +464,7 @@ impl CheckpointManager {
     /// copying it. A no-op on host memory by default. Returns the time waited, which counts in
     /// the save's stall.
     pub fn before_update(&mut self) -> Duration {
-        if self.update_waits != Some(true) {
-            return Duration::ZERO;
-        }
-        let waited = crate::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT).waited;
-        if let Some((_, w)) = &mut self.last_save {
-            *w += waited;
-        }
-        waited
+        self.waits.before_update(self.update_waits == Some(true))
     }
 
     /// After optimizer step `step`: checkpoints the state if the policy says so (a handle
@@ -522,9 +509,7 @@ impl CheckpointManager {
             {
                 self.update_waits = Some(tuning.wait().applies_to(d));
             }
-            if let Some(prev) = self.last_save.replace((step, Duration::ZERO)) {
-                self.waited.push(prev);
-            }
+            self.waits.saved(step);
         }
         self.session.poll(&mut self.saves)?;
         self.last_step = Some(Instant::now());
@@ -534,8 +519,7 @@ impl CheckpointManager {
     /// Waits for every save (and upload) to be durable, releases the root and returns what the
     /// saves cost ([`ManagerReport`]; an update's wait for a save counts in its stall), or the
     /// first background failure.
-    pub fn finish(mut self) -> Result<ManagerReport> {
-        self.waited.extend(self.last_save.take());
+    pub fn finish(self) -> Result<ManagerReport> {
         // `finish` closes the saves on a thread of its own (a stop's grace period can expire).
         let uploads = Arc::new(std::sync::Mutex::new(Vec::new()));
         let slot = uploads.clone();
@@ -546,11 +530,7 @@ impl CheckpointManager {
             }
             Ok::<_, Error>(events)
         })?;
-        for (step, waited) in &self.waited {
-            if let Some(save) = session.saves.iter_mut().find(|s| s.step == *step) {
-                save.stall_ms += waited.as_secs_f64() * 1e3;
-            }
-        }
+        self.waits.add_to(&mut session);
         let uploads = uploads
             .lock()
             .map(|mut u| std::mem::take(&mut *u))

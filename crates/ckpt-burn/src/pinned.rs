@@ -57,6 +57,61 @@ impl Drop for Pin {
     }
 }
 
+/// Longest wait before an update for the saves to give the state back; past it
+/// [`wait_pinned_at_most`] warns and the update copies what is still held.
+const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A training loop's waits before its optimizer updates for the saves to give the state back
+/// ([`UpdateWait`]), each counted in the stall of the newest save submitted before it: the
+/// bookkeeping of a loop of one's own ([`crate::CheckpointManager`]) and of the learner
+/// routes.
+#[derive(Debug, Default)]
+pub struct UpdateWaits {
+    newest: Option<u64>,
+    waited: std::collections::BTreeMap<u64, Duration>,
+}
+
+impl UpdateWaits {
+    /// A save of `step` was submitted: the waits that follow count in its stall.
+    pub fn saved(&mut self, step: u64) {
+        self.newest = Some(step);
+    }
+
+    /// The newest save submitted.
+    pub fn newest(&self) -> Option<u64> {
+        self.newest
+    }
+
+    /// Before an optimizer update: where `wait` says so, waits until the saves hold none of
+    /// the training state, at most ten minutes (then [`wait_pinned_at_most`] warns and the
+    /// update copies what is still held), and counts the time in the newest save's stall.
+    /// Returns the time waited (zero without `wait`).
+    pub fn before_update(&mut self, wait: bool) -> Duration {
+        if !wait {
+            return Duration::ZERO;
+        }
+        let waited = wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT).waited;
+        if let Some(step) = self.newest
+            && !waited.is_zero()
+        {
+            *self.waited.entry(step).or_default() += waited;
+        }
+        waited
+    }
+
+    /// How long updates waited for the save of `step`.
+    pub fn of(&self, step: u64) -> Duration {
+        self.waited.get(&step).copied().unwrap_or_default()
+    }
+
+    /// Adds the updates' waits to the stall of each save of `report` they waited for.
+    pub fn add_to(&self, report: &mut ckpt_core::SessionReport) {
+        for save in &mut report.saves {
+            save.stall_ms += self.of(save.step).as_secs_f64() * 1e3;
+        }
+    }
+}
+
 /// What [`wait_pinned_at_most`] saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PinnedWait {

@@ -55,7 +55,7 @@ use burn::train::{
 use ckpt_core::{CheckpointSession, FrequencyPolicy, SessionConfig, layout::checkpoint_dir_name};
 
 use crate::checkpointers::{CkptCheckpointers, Collector};
-use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning};
+use crate::{FrozenState, LearnerTap, OptimizerRead, SaveTuning, UpdateWaits};
 
 /// Manifest entry: training iterations of the epoch done at the checkpoint.
 pub const META_EPOCH_ITERATION: &str = "burn_epoch_iteration";
@@ -278,12 +278,8 @@ struct Run<'a, M: LearnerModel> {
     seed: u64,
     /// When a save on a device backend reads the optimizer's state.
     optimizer_read: OptimizerRead,
-    /// The newest save submitted: the updates after it wait for it (where they wait).
-    last_saved: Option<u64>,
-    /// Per saved step not yet reported: how long updates waited for that save.
-    waited: std::collections::BTreeMap<u64, Duration>,
-    /// Per save reported: its stall, the update's wait for it included, in milliseconds.
-    stalls: Vec<f64>,
+    /// The updates' waits for the saves, counted in their stalls.
+    waits: UpdateWaits,
 }
 
 impl<M: LearnerModel> Run<'_, M> {
@@ -299,11 +295,7 @@ impl<M: LearnerModel> Run<'_, M> {
         for s in &self.session.report().saves[before..] {
             // Its records are taken before it is published, so an update that waited for
             // them has waited by now.
-            let wait_ms = self
-                .waited
-                .remove(&s.step)
-                .map_or(0.0, |w| w.as_secs_f64() * 1e3);
-            self.stalls.push(s.stall_ms + wait_ms);
+            let wait_ms = self.waits.of(s.step).as_secs_f64() * 1e3;
             tracing::info!(
                 step = s.step,
                 stall_ms = s.stall_ms + wait_ms,
@@ -315,21 +307,16 @@ impl<M: LearnerModel> Run<'_, M> {
         }
     }
 
-    /// Counts `waited`, an update's wait for the saves to give the learner back, in the stall
-    /// of the newest save (as a loop of one's own does, [`crate::CheckpointManager`]).
-    fn update_waited(&mut self, waited: Duration) {
-        if let Some(step) = self.last_saved
-            && !waited.is_zero()
-        {
-            *self.waited.entry(step).or_default() += waited;
-        }
-    }
-
     /// At the end of training: what the saves published so far cost (an info line; a stall
     /// counts the updates' wait for its save).
     fn summarize(&self) {
         let r = self.session.report();
-        let mut stalls = self.stalls.clone();
+        let waited = |step| self.waits.of(step).as_secs_f64() * 1e3;
+        let mut stalls: Vec<f64> = r
+            .saves
+            .iter()
+            .map(|s| s.stall_ms + waited(s.step))
+            .collect();
         stalls.sort_by(f64::total_cmp);
         tracing::info!(
             published = r.saves.len(),
@@ -374,7 +361,7 @@ impl<M: LearnerModel> Run<'_, M> {
             })
         });
         match saved {
-            Ok(()) => self.last_saved = Some(step),
+            Ok(()) => self.waits.saved(step),
             Err(e) => self
                 .interrupter
                 .fail(CheckpointerError::Unknown(e.to_string())),
@@ -498,9 +485,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
             step: resume.map_or(0, |p| p.step),
             seed: self.deterministic.unwrap_or(0),
             optimizer_read: self.tuning.read(),
-            last_saved: None,
-            waited: Default::default(),
-            stalls: Vec::new(),
+            waits: UpdateWaits::default(),
         };
         // An update waits until the save has given the learner's state back (Burn's records of
         // the frozen clone are taken beside the forward and backward passes), instead of
@@ -563,7 +548,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                         accumulator.accumulate(&learner.model(), out.grads);
                         accumulated += 1;
                         if n <= accumulated || item_progress.is_completed() {
-                            run.update_waited(wait_for_saves(wait_before_update));
+                            run.waits.before_update(wait_before_update);
                             learner.lr_step();
                             learner.optimizer_step(accumulator.grads());
                             accumulated = 0;
@@ -573,7 +558,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
                         }
                     }
                     None => {
-                        run.update_waited(wait_for_saves(wait_before_update));
+                        run.waits.before_update(wait_before_update);
                         learner.lr_step();
                         learner.optimizer_step(out.grads);
                         true
@@ -636,22 +621,6 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for CkptTrainingStrategy {
         run.poll();
         run.summarize();
         (learner.model(), event_processor)
-    }
-}
-
-/// Longest wait before an update for a save's snapshot to give the state back; past it the
-/// update copies what is still held.
-const UPDATE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// Before an optimizer update, where `wait` says so ([`crate::UpdateWait::applies_to_learner`]):
-/// waits until background saves hold none of the training state, at most
-/// ten minutes (then [`crate::wait_pinned_at_most`] warns and the update copies
-/// what is still held). Returns the time waited (zero without `wait`).
-pub fn wait_for_saves(wait: bool) -> Duration {
-    if wait {
-        crate::wait_pinned_at_most(0, UPDATE_WAIT_TIMEOUT).waited
-    } else {
-        Duration::ZERO
     }
 }
 

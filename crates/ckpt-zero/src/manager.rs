@@ -219,10 +219,9 @@ pub struct RankManager<M> {
     target: Option<RankTarget<M>>,
     need: Option<SaveMemory>,
     memory: Option<MemoryState<M>>,
-    /// The newest disk save submitted: an update's wait counts in its stall.
-    last_saved: Option<u64>,
-    /// Per saved step: how long updates waited for the saves ([`Self::before_update`]).
-    waited: Vec<(u64, Duration)>,
+    /// The newest disk save submitted and the updates' waits for the saves
+    /// ([`Self::before_update`]), counted in their stalls.
+    waits: ckpt_burn::UpdateWaits,
     /// The object-store tier, for recovery across the tiers ([`Self::resume_from`]).
     #[cfg(feature = "remote")]
     remote: Option<ckpt_remote::Remote>,
@@ -353,8 +352,7 @@ impl<M: Module + 'static> RankManager<M> {
             target,
             need: config.need,
             memory,
-            last_saved: None,
-            waited: Vec::new(),
+            waits: Default::default(),
             #[cfg(feature = "remote")]
             remote,
         })
@@ -447,7 +445,7 @@ impl<M: Module + 'static> RankManager<M> {
                 }
                 Ok::<_, Error>(submitted)
             })?;
-            self.last_saved = Some(step);
+            self.waits.saved(step);
         }
         self.session.poll(target)?;
         if let Some(m) = self.memory.as_mut() {
@@ -503,13 +501,7 @@ impl<M: Module + 'static> RankManager<M> {
     /// training state, and counts the time in the stall of the newest disk save, as a loop of
     /// one's own does (`ckpt_burn::CheckpointManager::before_update`). Returns the time waited.
     pub fn before_update(&mut self, wait: bool) -> Duration {
-        let waited = ckpt_burn::strategy::wait_for_saves(wait);
-        if let Some(step) = self.last_saved
-            && !waited.is_zero()
-        {
-            self.waited.push((step, waited));
-        }
-        waited
+        self.waits.before_update(wait)
     }
 
     /// Waits for every save and upload of this rank, stops its threads and returns what
@@ -520,15 +512,11 @@ impl<M: Module + 'static> RankManager<M> {
             session,
             target,
             memory,
-            waited,
+            waits,
             ..
         } = self;
         let mut report = Self::finish_disk(session, target)?;
-        for (step, w) in waited {
-            if let Some(save) = report.session.saves.iter_mut().find(|s| s.step == step) {
-                save.stall_ms += w.as_secs_f64() * 1e3;
-            }
-        }
+        waits.add_to(&mut report.session);
         if let Some(m) = memory {
             let mut r = m.saver.map(TierSaver::finish).unwrap_or_default();
             // A baseline of a few steps comes from the slow warm-up and hides the cost.
