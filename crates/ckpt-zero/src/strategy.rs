@@ -705,15 +705,26 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
                 train.slice(r * total / n, (r + 1) * total / n)
             }
         };
-        let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // The root opened in `new` serves one training: a second one through the same
+        // strategy (an `Arc` of it handed to two launches) would train without checkpoints.
+        let Some(mut opened) = self.opened.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            interrupter.fail(CheckpointerError::Unknown(
+                Error::Config(format!(
+                    "this ZeroTrainingStrategy already trained into {}: it checkpoints one \
+                     training; make a new strategy (ZeroTrainingStrategy::new, with \
+                     resume_latest() to go on from its checkpoints) for each launch",
+                    self.root.display()
+                ))
+                .to_string(),
+            ));
+            return (learner.model(), event_processor);
+        };
         // A fresh run never writes into a used root (see `overwrite`).
-        if let Some(root) = opened.as_mut()
-            && let Err(e) = root.settle(self.resume, self.overwrite)
-        {
+        if let Err(e) = opened.settle(self.resume, self.overwrite) {
             interrupter.fail(CheckpointerError::Unknown(e.to_string()));
             return (learner.model(), event_processor);
         }
-        let engine = opened.map(ShardedRoot::into_engine);
+        let engine = Some(opened.into_engine());
         let mut groups = ThreadGroup::new(n, self.timeout).into_iter();
         let epochs = starting_epoch..=num_epochs;
         let outcome: Result<Learner<M>> = std::thread::scope(|s| {

@@ -226,6 +226,49 @@ fn a_fresh_run_in_a_used_root_is_refused_and_overwrite_moves_the_old_run_aside()
     assert_eq!(aside, 2);
 }
 
+/// A strategy checkpoints one training: handed to a second launch (an `Arc` of it kept and
+/// cloned), it fails that launch before any step with an error naming the root, instead of
+/// training without checkpoints.
+#[test]
+fn a_strategy_handed_to_a_second_launch_refuses_it() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("zero");
+    let device = Device::flex().autodiff();
+    let zero = std::sync::Arc::new(
+        ZeroTrainingStrategy::new(
+            device.clone(),
+            2,
+            EngineConfig::new(&root),
+            FrequencyPolicy::EverySteps(3),
+        )
+        .unwrap()
+        .seed(3),
+    );
+    let launch = || {
+        let (train, valid) = loaders(8, None);
+        SupervisedTraining::new(root.join("burn"), train, valid)
+            .with_application_logger(None)
+            .with_training_strategy(burn::train::TrainingStrategy::Custom(zero.clone()))
+            .num_epochs(1)
+            .launch(learner(tiny(&device)))
+    };
+    let first = launch();
+    assert!(first.error.is_none(), "{:?}", first.error);
+    assert_eq!(published_steps(&root), vec![3]);
+    let second = launch();
+    let err = second.error.map(|e| e.to_string()).expect("refused");
+    assert!(
+        err.contains("already trained into") && err.contains(&root.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(
+        published_steps(&root),
+        vec![3],
+        "the first run is untouched"
+    );
+}
+
 #[test]
 fn two_ranks_with_a_shuffled_loader_resume_mid_epoch_exactly() {
     let _serial = serial();
