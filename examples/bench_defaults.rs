@@ -98,6 +98,10 @@ struct Args {
     /// checkpointers in the same loop.
     #[arg(long, value_delimiter = ',', default_value = "100mb,1gb")]
     custom_sizes: Vec<String>,
+    /// Learner-route sizes measured again with the opt-in huge-pages allocator in every
+    /// program (`learner_bench --huge-pages`; '' for none): a finding beside the default rows.
+    #[arg(long, value_delimiter = ',', default_value = "1gb")]
+    huge_learner_sizes: Vec<String>,
     /// Rounds of (off, ours, Burn) of the GPU shape: the trainer at 1gb training on one core
     /// (`RAYON_NUM_THREADS=1`), the other free, 30 steps, a save every 6 (0 for none).
     #[arg(long, default_value_t = 3)]
@@ -556,11 +560,13 @@ fn main() -> Result<()> {
     };
     let learner_shapes = learner::shapes(&args.learner_sizes)?;
     let custom_shapes = learner::shapes(&args.custom_sizes)?;
+    let huge_shapes = learner::shapes(&args.huge_learner_sizes)?;
     let learner_bin = match &args.learner {
         Some(b) => b.clone(),
         None => here.with_file_name("learner_bench"),
     };
-    let needs_learner = !learner_shapes.is_empty() || !custom_shapes.is_empty();
+    let needs_learner =
+        !learner_shapes.is_empty() || !custom_shapes.is_empty() || !huge_shapes.is_empty();
     if needs_learner && !learner_bin.exists() {
         bail!(
             "no learner program at {}: build it first (`cargo build --release --example learner_bench`) or pass --learner",
@@ -570,7 +576,7 @@ fn main() -> Result<()> {
     let with_budgets = shapes.iter().any(|s| s.label == "1gb");
     let total = shapes.len() as u64 * 4
         + (cubecl_shapes.len() * CUBECL_RUNS.len()) as u64
-        + (learner_shapes.len() + custom_shapes.len()) as u64
+        + (learner_shapes.len() + custom_shapes.len() + huge_shapes.len()) as u64
             * learner::runs_per_size(args.learner_passes)
         + 3 * args.gpu_shape_passes as u64
         + if with_budgets {
@@ -671,9 +677,15 @@ fn main() -> Result<()> {
         .collect();
     let mut learner_runs = Vec::new();
     let mut custom_runs = Vec::new();
+    let mut huge_runs = Vec::new();
     for (route, shapes, runs) in [
         (learner::Route::Learner, &learner_shapes, &mut learner_runs),
         (learner::Route::CustomLoop, &custom_shapes, &mut custom_runs),
+        (
+            learner::Route::LearnerHugePages,
+            &huge_shapes,
+            &mut huge_runs,
+        ),
     ] {
         for shape in shapes {
             let measured =
@@ -725,6 +737,13 @@ fn main() -> Result<()> {
     if !custom_runs.is_empty() {
         md.push_str(&learner::markdown(learner::Route::CustomLoop, &custom_runs));
     }
+    if !huge_runs.is_empty() {
+        md.push_str(&learner::markdown(
+            learner::Route::LearnerHugePages,
+            &huge_runs,
+        ));
+        md.push_str(&learner::huge_pages_baselines(&learner_runs, &huge_runs));
+    }
     if !gpu_shape.is_empty() {
         md.push_str(&gpu_shape_markdown(&gpu_shape));
     }
@@ -756,6 +775,7 @@ fn main() -> Result<()> {
     json["cubecl"] = Value::Array(cubecl_json);
     json["learner"] = learner::to_json(&learner_runs);
     json["custom_loop"] = learner::to_json(&custom_runs);
+    json["learner_huge_pages"] = learner::to_json(&huge_runs);
     json["gpu_shape"] = Value::Array(
         gpu_shape
             .iter()

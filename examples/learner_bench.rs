@@ -97,7 +97,16 @@ struct Args {
     /// The JSON report.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Back large blocks with transparent huge pages (`ckpt_alloc::HugePages`, the one line a
+    /// program adds to opt in). Off by default: a plain Burn program uses the system
+    /// allocator. For comparisons.
+    #[arg(long)]
+    huge_pages: bool,
 }
+
+/// The allocator a program opts into with one line; advice off unless `--huge-pages`.
+#[global_allocator]
+static ALLOC: burn_ckpt::ckpt_alloc::HugePages = burn_ckpt::ckpt_alloc::HugePages::new();
 
 /// When each training step started (on the thread that launched training: rank 0 of
 /// `--mode zero`).
@@ -319,6 +328,7 @@ fn install_log_subscriber() {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    ALLOC.set_enabled(args.huge_pages);
     install_log_subscriber();
     RECORDS.set(true);
     let t0 = Instant::now();

@@ -54,13 +54,17 @@ pub(crate) enum Route {
     /// A loop of the program's own with the README's custom-loop lines (`--mode custom`), Burn's
     /// checkpointers (`custom-burn`), none (`custom-off`).
     CustomLoop,
+    /// [`Route::Learner`] with the opt-in huge-pages allocator (`ckpt_alloc::HugePages`) in
+    /// every program, ours, Burn's and the baselines alike (`--huge-pages`): not a default
+    /// setting, a finding beside the default rows.
+    LearnerHugePages,
 }
 
 impl Route {
     /// `learner_bench`'s `--mode` for one of `off`, `ours`, `burn`.
     fn mode(self, which: &str) -> String {
         match (self, which) {
-            (Route::Learner, w) => w.to_string(),
+            (Route::Learner | Route::LearnerHugePages, w) => w.to_string(),
             (Route::CustomLoop, "ours") => "custom".to_string(),
             (Route::CustomLoop, w) => format!("custom-{w}"),
         }
@@ -71,6 +75,15 @@ impl Route {
         match self {
             Route::Learner => "learner",
             Route::CustomLoop => "custom",
+            Route::LearnerHugePages => "learner-huge",
+        }
+    }
+
+    /// Flags every `learner_bench` run of the route gets besides its mode and shape.
+    fn extra_flags(self) -> &'static [&'static str] {
+        match self {
+            Route::LearnerHugePages => &["--huge-pages"],
+            Route::Learner | Route::CustomLoop => &[],
         }
     }
 }
@@ -155,6 +168,7 @@ fn run(
         .args(["--layers", &shape.layers.to_string()])
         .args(["--epochs", &shape.epochs.to_string()])
         .args(["--steps-per-epoch", &shape.steps_per_epoch.to_string()])
+        .args(route.extra_flags())
         .arg("--dir")
         .arg(&root)
         .arg("--report")
@@ -310,6 +324,16 @@ fn intro(route: Route) -> &'static str {
          at the same steps. No validation, no huge-pages allocator (the example trainer's). \
          Default settings. Interleaved with runs without checkpoints (*off*). "
         }
+        Route::LearnerHugePages => {
+            "## The learner route with huge pages (not a default: a finding)\n\n\
+         The learner route's programs (ours, Burn's and the runs without checkpoints alike) with \
+         the one line that installs the opt-in allocator `ckpt_alloc::HugePages` \
+         (`learner_bench --huge-pages`): large blocks are backed by transparent huge pages, so \
+         Burn's fresh buffers fault in 2 MiB at a time instead of 4 KiB. A plain Burn program \
+         does not have it, so these rows are not the default settings and meet no target; they \
+         show what the line changes on a machine where page faults are dear (this VM). Every \
+         other setting is the default. Interleaved with runs without checkpoints (*off*). "
+        }
     }
 }
 
@@ -362,6 +386,37 @@ pub(crate) fn markdown(route: Route, sizes: &[(&LearnerShape, Vec<LearnerRun>)])
         ));
     }
     o.push('\n');
+    o
+}
+
+/// For each size measured both ways, the training time of the runs without checkpoints with
+/// the huge-pages allocator (`huge`) against without it (`plain`): what the line changes
+/// before any checkpoint.
+pub(crate) fn huge_pages_baselines(
+    plain: &[(&LearnerShape, Vec<LearnerRun>)],
+    huge: &[(&LearnerShape, Vec<LearnerRun>)],
+) -> String {
+    let off_walls = |runs: &[LearnerRun]| -> Vec<f64> {
+        runs.iter()
+            .filter(|r| r.mode == "off")
+            .map(|r| r.wall_s)
+            .collect()
+    };
+    let mut o = String::new();
+    for (shape, h) in huge {
+        let Some((_, p)) = plain.iter().find(|(s, _)| s.label == shape.label) else {
+            continue;
+        };
+        let (mut hw, mut pw) = (off_walls(h), off_walls(p));
+        let (hm, pm) = (median(&mut hw), median(&mut pw));
+        o.push_str(&format!(
+            "At {}, the runs without checkpoints took {:.2} s (median) with the allocator against {:.2} s without it in the learner section above: {:.2}x as fast before any checkpoint.\n\n",
+            shape.label,
+            hm,
+            pm,
+            pm / hm,
+        ));
+    }
     o
 }
 
