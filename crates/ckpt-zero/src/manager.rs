@@ -219,7 +219,7 @@ pub struct RankManager<M> {
     target: Option<RankTarget<M>>,
     need: Option<SaveMemory>,
     memory: Option<MemoryState<M>>,
-    /// The newest disk save submitted and the updates' waits for the saves
+    /// The newest disk save submitted and the updates' waits charged to the disk saves
     /// ([`Self::before_update`]), counted in their stalls.
     waits: ckpt_burn::UpdateWaits,
     /// The object-store tier, for recovery across the tiers ([`Self::resume_from`]).
@@ -241,8 +241,11 @@ struct MemoryState<M> {
     /// Whether a memory save ran during the step now ending.
     ran: bool,
     started: Instant,
-    /// Each submitted save's time on the training thread (ms), for the report.
-    stalls: Vec<f64>,
+    /// Each submitted save's step and time on the training thread at it (ms), for the report.
+    stalls: Vec<(u64, f64)>,
+    /// The newest memory save submitted and the updates' waits charged to the tier's saves:
+    /// those that followed a memory save newer than the newest disk save.
+    waits: ckpt_burn::UpdateWaits,
 }
 
 impl<M: Module + 'static> MemoryState<M> {
@@ -324,6 +327,7 @@ impl<M: Module + 'static> RankManager<M> {
                     ran: false,
                     started: Instant::now(),
                     stalls: Vec::new(),
+                    waits: ckpt_burn::UpdateWaits::default(),
                 })
             }
             None => None,
@@ -485,7 +489,8 @@ impl<M: Module + 'static> RankManager<M> {
                     m.cost.saved_after_stall(step, now, stall);
                     // The stall is training time too (the persist time is not needed here).
                     m.cost.observe_save(stall, Duration::ZERO);
-                    m.stalls.push(asked.elapsed().as_secs_f64() * 1e3);
+                    m.stalls.push((step, asked.elapsed().as_secs_f64() * 1e3));
+                    m.waits.saved(step);
                 } else if verdict == MemorySaveVerdict::Busy {
                     saver.skipped(step);
                 } else {
@@ -498,10 +503,15 @@ impl<M: Module + 'static> RankManager<M> {
 
     /// Between the backward pass and the optimizer update: where `wait` says so
     /// ([`ckpt_burn::UpdateWait::applies_to_learner`]), waits until the saves hold none of the
-    /// training state, and counts the time in the stall of the newest disk save, as a loop of
-    /// one's own does (`ckpt_burn::CheckpointManager::before_update`). Returns the time waited.
+    /// training state, and counts the time in the stall of the newest save, as a loop of one's
+    /// own does (`ckpt_burn::CheckpointManager::before_update`): the newest disk save's, or the
+    /// memory tier's newest save's where that is newer (a disk and a memory save of one step:
+    /// the disk save's). Returns the time waited.
     pub fn before_update(&mut self, wait: bool) -> Duration {
-        self.waits.before_update(wait)
+        match self.memory.as_mut() {
+            Some(m) if m.waits.newest() > self.waits.newest() => m.waits.before_update(wait),
+            _ => self.waits.before_update(wait),
+        }
     }
 
     /// Waits for every save and upload of this rank, stops its threads and returns what
@@ -523,7 +533,11 @@ impl<M: Module + 'static> RankManager<M> {
             let (baseline, lost) = m.cost.lost();
             let measured = baseline.is_some() && m.cost.baseline_steps() >= MIN_BASELINE_STEPS;
             (r.training_s, r.lost_s) = (m.cost.spent().0, measured.then_some(lost));
-            r.stall_ms = m.stalls;
+            r.stall_ms = m
+                .stalls
+                .iter()
+                .map(|&(step, ms)| ms + m.waits.of(step).as_secs_f64() * 1e3)
+                .collect();
             if r.skipped > 0 && m.rank == 0 {
                 tracing::warn!(
                     skipped = r.skipped,

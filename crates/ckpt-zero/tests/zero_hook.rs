@@ -226,6 +226,61 @@ fn a_fresh_run_in_a_used_root_is_refused_and_overwrite_moves_the_old_run_aside()
     assert_eq!(aside, 2);
 }
 
+/// With the memory tier saving every step between disk saves every 4, each update waits for
+/// the newest save's records (taken 700 ms late): a wait that follows a memory save newer than
+/// the newest disk save counts in that memory save's stall, not in the disk save's.
+#[test]
+fn an_update_wait_counts_in_the_stall_of_the_save_it_waited_for() {
+    use ckpt_zero::MemoryTier;
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("zero");
+    fail::cfg(FP_BEFORE_RECORDS, "sleep(700)").unwrap();
+    let device = Device::flex().autodiff();
+    let (train, valid) = loaders(8, None);
+    let zero = ZeroTrainingStrategy::new(
+        device.clone(),
+        2,
+        EngineConfig::new(&root),
+        FrequencyPolicy::EverySteps(4),
+    )
+    .unwrap()
+    .replicate_data(true)
+    .seed(3)
+    .memory_tier(MemoryTier::new(tmp.path().join("tier/node-{node}"), 1).no_budget());
+    let reports = zero.reports();
+    let result = SupervisedTraining::new(root.join("burn"), train, valid)
+        .with_application_logger(None)
+        .with_training_strategy(zero.into_training_strategy())
+        .num_epochs(1)
+        .launch(learner(tiny(&device)));
+    fail::remove(FP_BEFORE_RECORDS);
+    assert!(result.error.is_none(), "{:?}", result.error);
+    let report = reports.rank(0).expect("rank 0's report");
+    let disk: Vec<(u64, f64)> = report
+        .session
+        .saves
+        .iter()
+        .map(|s| (s.step, s.stall_ms))
+        .collect();
+    let memory = report.memory.expect("the tier's report").stall_ms;
+    // Step 4's update waits for the disk save of step 4 (and the memory save of the same
+    // step), never for a later save: about one delay each.
+    for &(step, ms) in &disk {
+        assert!(
+            ms < 1200.0,
+            "disk save {step}: {ms} ms, more than one wait: {disk:?}, memory {memory:?}"
+        );
+    }
+    // The memory saves at steps 1-3 and 5-7 (those not skipped while the previous one ran)
+    // are each the newest save when the next update waits.
+    let waited = memory.iter().filter(|&&ms| ms >= 300.0).count();
+    assert!(
+        waited >= 2,
+        "memory saves' stalls without their updates' waits: {memory:?}, disk {disk:?}"
+    );
+}
+
 /// A strategy checkpoints one training: handed to a second launch (an `Arc` of it kept and
 /// cloned), it fails that launch before any step with an error naming the root, instead of
 /// training without checkpoints.

@@ -282,8 +282,10 @@ pub struct MemoryTierReport {
     /// Where each whole save's time went, in the order of [`Self::save_ms`].
     pub phases: Vec<SavePhases>,
     /// Each submitted save's stall: the time the training thread spent on it at its step
-    /// (the ranks' agreement to save, the part's capture, the hand-off to the tier's thread),
-    /// in ms, in the order submitted (a save that was not whole in the end included).
+    /// (the ranks' agreement to save, the part's capture, the hand-off to the tier's thread)
+    /// plus the optimizer updates' waits for it where it was the newest save (newer than the
+    /// newest disk save; see `RankManager::before_update`), in ms, in the order submitted (a
+    /// save that was not whole in the end included).
     pub stall_ms: Vec<f64>,
     /// The most bytes this rank's tier held after a save (its own parts and its replicas).
     pub peak_bytes: u64,
