@@ -90,7 +90,8 @@ struct Args {
     /// learner lines against Burn's checkpointer.
     #[arg(long, value_delimiter = ',', default_value = "100mb,1gb")]
     learner_sizes: Vec<String>,
-    /// Rounds of (off, ours, Burn) per learner and custom-loop size.
+    /// Rounds of (off, ours, Burn; ours and Burn's swap places each pass) per learner and
+    /// custom-loop size.
     #[arg(long, default_value_t = 2)]
     learner_passes: usize,
     /// Custom-loop sizes (100mb, 1gb, 4gb; '' for none): `learner_bench --mode custom`, a
@@ -232,7 +233,9 @@ fn gpu_shape_markdown(passes: &[[Run; 3]]) -> String {
          The example trainer at 1 GB (`--hidden 4096 --layers 6 --steps 30 --save-every 6`, 5 \
          saves) with `RAYON_NUM_THREADS=1`: training uses one core and leaves the other to the \
          save, as a GPU leaves the host's cores. Default flags; *Burn* is `--save-mode burn`. \
-         Each pass runs off, ours, Burn in turn, and each is measured against its own pass's \
+         Each pass runs off first, then ours and Burn's, which swap places from one pass to the \
+         next (the run right after a run without checkpoints was slower on this VM), and each is \
+         measured against its own pass's \
          run without checkpoints. *While training*: wall time minus the baseline's, minus the \
          final wait (the last save's persist after the last step, which no training overlaps), \
          over the 4 saves training followed. *In all*: wall time minus the baseline's, over the \
@@ -714,8 +717,14 @@ fn main() -> Result<()> {
             Ok(r)
         };
         let off = one("none", &["--save-every", "0"])?;
-        let ours = one("ours", &[])?;
-        let burn = one("burn", &["--save-mode", "burn"])?;
+        // Ours and Burn's swap places from one pass to the next (`learner::pass_order`).
+        let (ours, burn) = if learner::pass_order(pass)[1] == "ours" {
+            let ours = one("ours", &[])?;
+            (ours, one("burn", &["--save-mode", "burn"])?)
+        } else {
+            let burn = one("burn", &["--save-mode", "burn"])?;
+            (one("ours", &[])?, burn)
+        };
         gpu_shape.push([off, ours, burn]);
     }
     bar.finish_and_clear();
