@@ -706,7 +706,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for ZeroTrainingStrategy {
             }
         };
         // The root opened in `new` serves one training: a second one through the same
-        // strategy (an `Arc` of it handed to two launches) would train without checkpoints.
+        // strategy (an `Arc` of it handed to two launches) finds it taken.
         let Some(mut opened) = self.opened.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             interrupter.fail(CheckpointerError::Unknown(
                 Error::Config(format!(

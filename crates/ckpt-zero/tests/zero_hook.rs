@@ -282,8 +282,8 @@ fn an_update_wait_counts_in_the_stall_of_the_save_it_waited_for() {
 }
 
 /// A strategy checkpoints one training: handed to a second launch (an `Arc` of it kept and
-/// cloned), it fails that launch before any step with an error naming the root, instead of
-/// training without checkpoints.
+/// cloned), it fails that launch before any step with an error naming the root and saying
+/// what to do (before: "exactly rank 0 of the checkpoint group owns the engine").
 #[test]
 fn a_strategy_handed_to_a_second_launch_refuses_it() {
     let _serial = serial();
