@@ -716,14 +716,18 @@ fn main() -> Result<()> {
             bar.inc(1);
             Ok(r)
         };
-        let off = one("none", &["--save-every", "0"])?;
-        // Ours and Burn's swap places from one pass to the next (`learner::pass_order`).
-        let (ours, burn) = if learner::pass_order(pass)[1] == "ours" {
-            let ours = one("ours", &[])?;
-            (ours, one("burn", &["--save-mode", "burn"])?)
-        } else {
-            let burn = one("burn", &["--save-mode", "burn"])?;
-            (one("ours", &[])?, burn)
+        // In the learner sections' order: off, then ours and Burn's, which swap places from
+        // one pass to the next.
+        let (mut off, mut ours, mut burn) = (None, None, None);
+        for mode in learner::pass_order(pass) {
+            match mode {
+                "off" => off = Some(one("none", &["--save-every", "0"])?),
+                "ours" => ours = Some(one("ours", &[])?),
+                _ => burn = Some(one("burn", &["--save-mode", "burn"])?),
+            }
+        }
+        let (Some(off), Some(ours), Some(burn)) = (off, ours, burn) else {
+            bail!("a GPU-shape pass without one of off, ours, Burn's");
         };
         gpu_shape.push([off, ours, burn]);
     }

@@ -13,8 +13,8 @@ use burn::tensor::Device;
 use burn::train::{SupervisedTraining, metric::LossMetric};
 use ckpt_burn::{MODEL_FILE, OPTIM_FILE, SCHEDULER_FILE, SaveTuning, UpdateWait, assign_param_ids};
 use ckpt_core::{EngineConfig, FrequencyPolicy};
-use ckpt_zero::ShardFormat;
 use ckpt_zero::strategy::{FP_BEFORE_RECORDS, ZeroTrainingStrategy};
+use ckpt_zero::{RankReport, ShardFormat};
 use test_support::fs::step_dir;
 use test_support::tiny::{Tiny, learner, loaders};
 
@@ -234,35 +234,9 @@ fn an_update_wait_counts_in_the_stall_of_the_save_it_waited_for() {
     use ckpt_zero::MemoryTier;
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("zero");
-    fail::cfg(FP_BEFORE_RECORDS, "sleep(700)").unwrap();
-    let device = Device::flex().autodiff();
-    let (train, valid) = loaders(8, None);
-    let zero = ZeroTrainingStrategy::new(
-        device.clone(),
-        2,
-        EngineConfig::new(&root),
-        FrequencyPolicy::EverySteps(4),
-    )
-    .unwrap()
-    .replicate_data(true)
-    .seed(3)
-    .memory_tier(MemoryTier::new(tmp.path().join("tier/node-{node}"), 1).no_budget());
-    let reports = zero.reports();
-    let result = SupervisedTraining::new(root.join("burn"), train, valid)
-        .with_application_logger(None)
-        .with_training_strategy(zero.into_training_strategy())
-        .num_epochs(1)
-        .launch(learner(tiny(&device)));
-    fail::remove(FP_BEFORE_RECORDS);
-    assert!(result.error.is_none(), "{:?}", result.error);
-    let report = reports.rank(0).expect("rank 0's report");
-    let disk: Vec<(u64, f64)> = report
-        .session
-        .saves
-        .iter()
-        .map(|s| (s.step, s.stall_ms))
-        .collect();
+    let tier = MemoryTier::new(tmp.path().join("tier/node-{node}"), 1).no_budget();
+    let report = with_late_records(&tmp.path().join("zero"), 4, 1, |z| z.memory_tier(tier));
+    let disk = stalls(&report);
     let memory = report.memory.expect("the tier's report").stall_ms;
     // Step 4's update waits for the disk save of step 4 (and the memory save of the same
     // step), never for a later save: about one delay each.
@@ -367,9 +341,53 @@ fn two_ranks_with_a_shuffled_loader_resume_mid_epoch_exactly() {
     assert_same_records(&full, &crashed, 12);
 }
 
+/// Rank 0's report of `epochs` epochs of 8 steps on 2 ranks, each reading the whole loader,
+/// with a disk save every `every` steps (plus what `configure` adds to the strategy) whose
+/// records are taken 700 ms late.
+fn with_late_records(
+    root: &Path,
+    every: u64,
+    epochs: usize,
+    configure: impl FnOnce(ZeroTrainingStrategy) -> ZeroTrainingStrategy,
+) -> RankReport {
+    fail::cfg(FP_BEFORE_RECORDS, "sleep(700)").unwrap();
+    let device = Device::flex().autodiff();
+    let (train, valid) = loaders(8, None);
+    let zero = ZeroTrainingStrategy::new(
+        device.clone(),
+        2,
+        EngineConfig::new(root),
+        FrequencyPolicy::EverySteps(every),
+    )
+    .unwrap()
+    .replicate_data(true)
+    .seed(3);
+    let zero = configure(zero);
+    let reports = zero.reports();
+    let result = SupervisedTraining::new(root.join("burn"), train, valid)
+        .with_application_logger(None)
+        .with_training_strategy(zero.into_training_strategy())
+        .num_epochs(epochs)
+        .launch(learner(tiny(&device)));
+    fail::remove(FP_BEFORE_RECORDS);
+    assert!(result.error.is_none(), "{:?}", result.error);
+    reports.rank(0).expect("rank 0's report")
+}
+
+/// The disk saves of `report`, `(step, stall_ms)`.
+fn stalls(report: &RankReport) -> Vec<(u64, f64)> {
+    report
+        .session
+        .saves
+        .iter()
+        .map(|s| (s.step, s.stall_ms))
+        .collect()
+}
+
 /// `ckpt_burn::pinned_state_bytes()` at the start of each of rank 0's steps (its thread is the
 /// launching one), on 2 ranks each reading the whole loader, 2 epochs of 8 steps, a save every
-/// 2 steps whose records are taken 700 ms late; and rank 0's saves, `(step, stall_ms)`.
+/// 2 steps whose records are taken 700 ms late ([`with_late_records`]); and rank 0's saves,
+/// `(step, stall_ms)`.
 fn held_at_each_step(root: &Path, tuning: SaveTuning) -> (Vec<u64>, Vec<(u64, f64)>) {
     let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (mine, to) = (std::thread::current().id(), samples.clone());
@@ -378,37 +396,9 @@ fn held_at_each_step(root: &Path, tuning: SaveTuning) -> (Vec<u64>, Vec<(u64, f6
             to.lock().unwrap().push(ckpt_burn::pinned_state_bytes());
         }
     })));
-    fail::cfg(FP_BEFORE_RECORDS, "sleep(700)").unwrap();
-    let device = Device::flex().autodiff();
-    let (train, valid) = loaders(8, None);
-    let zero = ZeroTrainingStrategy::new(
-        device.clone(),
-        2,
-        EngineConfig::new(root),
-        FrequencyPolicy::EverySteps(2),
-    )
-    .unwrap()
-    .replicate_data(true)
-    .tuning(tuning)
-    .seed(3);
-    let reports = zero.reports();
-    let result = SupervisedTraining::new(root.join("burn"), train, valid)
-        .with_application_logger(None)
-        .with_training_strategy(zero.into_training_strategy())
-        .num_epochs(2)
-        .launch(learner(tiny(&device)));
-    fail::remove(FP_BEFORE_RECORDS);
+    let report = with_late_records(root, 2, 2, |z| z.tuning(tuning));
     test_support::tiny::on_train_step(None);
-    assert!(result.error.is_none(), "{:?}", result.error);
-    let saves = reports
-        .rank(0)
-        .expect("rank 0's report")
-        .session
-        .saves
-        .iter()
-        .map(|s| (s.step, s.stall_ms))
-        .collect();
-    (samples.lock().unwrap().clone(), saves)
+    (samples.lock().unwrap().clone(), stalls(&report))
 }
 
 /// By default the optimizer update after a save waits until every rank's checkpoint thread
